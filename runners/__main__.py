@@ -1,0 +1,5 @@
+import sys
+
+from runners.cli import main
+
+sys.exit(main())

@@ -1,0 +1,89 @@
+"""`hf-generate`: plain `model.generate()`, left-padded static batches — the reference a typical user has.
+
+Per-token times come from a streamer: generate() moves each new token to the host (`.cpu()`), which
+synchronises the device, so a host clock read at that moment is a device-complete timestamp.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import transformers
+from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from runners import cancel
+
+from runners.engines.base import Batch, Generation
+from runners.models import LoadedModel
+
+PAD_ID = 0
+
+
+class _TokenClock(BaseStreamer):
+    """Records when each generated token reaches the host; the first put() is the prompt."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.token_ms: list[float] = []
+        self._seen_prompt = False
+
+    def put(self, value: torch.Tensor) -> None:
+        now = time.perf_counter()
+        if not self._seen_prompt:
+            self._seen_prompt = True
+            return
+        self.token_ms.append((now - self.start) * 1000.0)
+
+    def end(self) -> None:
+        pass
+
+
+class _StopOnCancel(StoppingCriteria):
+    """Lets a SIGTERM end generate() at the next step instead of after the whole batch."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), cancel.requested(), dtype=torch.bool, device=input_ids.device)
+
+
+class HFGenerateEngine:
+    name = "hf-generate"
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+
+    def version(self) -> str:
+        return f"hf-generate (transformers {transformers.__version__}, torch {torch.__version__})"
+
+    def setup(self, batch_size: int, max_prompt_len: int, max_output_len: int) -> float:
+        return 0.0  # generate() allocates its cache on the fly; nothing to prepare per shape
+
+    def release(self) -> None:
+        if self.loaded.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    @torch.inference_mode()
+    def generate(self, batch: Batch) -> Generation:
+        device = self.loaded.device
+        longest = max(batch.prompt_lens)
+        new_tokens = max(batch.output_lens)
+        ids = torch.full((batch.size, longest), PAD_ID, dtype=torch.long)
+        mask = torch.zeros((batch.size, longest), dtype=torch.long)
+        for row, prompt in enumerate(batch.prompt_ids):
+            ids[row, longest - len(prompt):] = torch.tensor(prompt)
+            mask[row, longest - len(prompt):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        clock = _TokenClock(time.perf_counter())
+        out = self.model.generate(
+            input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens, pad_token_id=PAD_ID, streamer=clock,
+            stopping_criteria=StoppingCriteriaList([_StopOnCancel()]),
+        )
+        cancel.check()
+        generated = out[:, longest:].tolist()
+        kv_bytes = batch.size * (longest + new_tokens) * self.loaded.info.kv_bytes_per_token
+        return Generation(token_ms=clock.token_ms, tokens=generated, timing="perf_counter",
+                          kv_allocated_bytes=kv_bytes)

@@ -1,0 +1,45 @@
+"""Arrow schemas of the point files (docs/run-folder.md), so null-only columns keep their types."""
+from __future__ import annotations
+
+import pyarrow as pa
+
+F, I, I64, S = pa.float64(), pa.int32(), pa.int64(), pa.string()
+
+PERCENTILES = (50, 95, 99)
+MEMORY_PARTS = ("mem_capacity", "mem_weights", "mem_kv_allocated", "mem_kv_used", "mem_activations",
+                "mem_allocator_reserve", "mem_other", "mem_peak_allocated", "mem_reserved", "mem_nvml_used")
+UTIL_MEANS = ("gpu_util_pct", "mem_ctrl_util_pct", "sm_util_pct", "sm_occupancy_pct", "tensor_active_pct",
+              "dram_bw_util_pct", "power_w", "sm_clock_mhz")
+
+SUMMARY = pa.schema(
+    [("point_index", I), ("batch_size", I), ("status", S), ("error", S), ("repeats", I), ("warmup", I),
+     ("prompt_len_mean", F), ("output_len_mean", F), ("prefill_ms", F), ("decode_step_ms", F),
+     ("decode_step_ms_p95", F)]
+    + [(f"{m}_ms_p{p}", F) for m in ("ttft", "itl", "e2e") for p in PERCENTILES]
+    + [("output_tokens_per_s", F), ("output_tokens_per_s_min", F), ("output_tokens_per_s_max", F),
+       ("input_tokens_per_s", F), ("prefill_tokens_per_s", F), ("requests_per_s", F),
+       ("prefill_padding_waste", F), ("decode_padding_waste", F), ("active_seqs_mean", F),
+       ("active_tokens_mean", F), ("active_tokens_max", F), ("setup_ms", F)]
+    + [(name, I64) for name in MEMORY_PARTS]
+    + [(name, F) for name in UTIL_MEANS]
+    + [(f"{name}_decode", F) for name in UTIL_MEANS[:6]]
+    + [("cpu_pct", F), ("rss_bytes_max", I64), ("energy_j", F), ("energy_per_output_token_j", F),
+       ("timing", S), ("util_source", S)]
+)
+
+DETAIL = {
+    "repeats": pa.schema([("point_index", I), ("repeat", I), ("batch_size", I), ("wall_ms", F),
+                          ("prefill_ms", F), ("decode_ms", F), ("output_tokens", I64), ("input_tokens", I64),
+                          ("output_tokens_per_s", F), ("input_tokens_per_s", F), ("requests_per_s", F)]),
+    "requests": pa.schema([("point_index", I), ("repeat", I), ("request_index", I), ("batch_size", I),
+                           ("prompt_len", I), ("output_len", I), ("queue_ms", F), ("ttft_ms", F),
+                           ("e2e_ms", F), ("itl_ms_mean", F), ("itl_ms_p95", F)]),
+    "steps": pa.schema([("point_index", I), ("repeat", I), ("step_index", I), ("phase", S),
+                        ("start_ms", F), ("duration_ms", F), ("active_seqs", I), ("active_tokens", I64),
+                        ("batch_rows", I)]),
+    "samples": pa.schema([("t_s", F), ("point_index", I), ("repeat", I), ("phase", S),
+                          ("gpu_util_pct", F), ("mem_ctrl_util_pct", F), ("mem_used_bytes", I64),
+                          ("power_w", F), ("sm_clock_mhz", F), ("sm_util_pct", F), ("sm_occupancy_pct", F),
+                          ("tensor_active_pct", F), ("dram_bw_util_pct", F), ("cpu_pct", F),
+                          ("rss_bytes", I64), ("source", S)]),
+}

@@ -1,0 +1,225 @@
+"""Run one sweep: load the model once, then for each batch size set up, warm up, measure, write."""
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runners import cancel, devices, fingerprint, memory, models
+from runners.calibrate import calibrate
+from runners.engines import make_engine
+from runners.engines.base import Batch, Engine
+from runners.metrics import RepeatResult, summarise
+from runners.progress import Progress
+from runners.runfolder import RunFolder, utc_now, write_json
+from runners.schemas import SUMMARY, UTIL_MEANS
+from runners.spec import SweepSpec
+from runners.telemetry import Sampler
+
+OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
+
+
+class Sweep:
+    def __init__(self, spec: SweepSpec, out: Path, device: torch.device) -> None:
+        self.spec, self.device = spec, device
+        self.folder = RunFolder(out, points_total=len(spec.batch_sizes))
+        self.t0 = time.perf_counter()
+        self.progress = Progress(len(spec.batch_sizes), self.t0)
+        self.sampler = Sampler(device, spec.telemetry_hz, self.t0).start()
+
+    def run(self) -> str:
+        """Returns the final state; every finished point is on disk whatever happens after it."""
+        try:
+            self._stage(-1, None, "load")
+            loaded = models.load(self.spec.model, self.spec.dtype, self.device, self.spec.seed)
+            engine = make_engine(self.spec.engine, loaded)
+            self._write_run_files(loaded, engine)
+            for index, batch_size in enumerate(self.spec.batch_sizes):
+                summary = self._point(index, batch_size, loaded, engine)
+                self.folder.update(points_done=index + 1)
+                if summary["status"] == "oom" and self.spec.on_oom == "stop" and index + 1 < len(self.spec.batch_sizes):
+                    note = f"stopped after OOM at batch {batch_size}; larger batches not run"
+                    self.folder.update(stopped_early=note)
+                    self.folder.log(note)
+                    break
+            self.folder.finish("done")
+            return "done"
+        except cancel.Cancelled:
+            self.folder.log("cancelled: finished points kept")
+            self.folder.finish("cancelled")
+            return "cancelled"
+        except Exception as err:
+            message = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            self.folder.log(f"failed: {message}")
+            self.folder.finish("failed", error=message)
+            return "failed"
+        finally:
+            self.sampler.stop()
+            self.progress.close()
+
+    def _stage(self, index: int, batch_size: int | None, stage: str, repeat: int | None = None) -> None:
+        self.sampler.set_context(index, stage)
+        self.folder.update(current={"point_index": index if index >= 0 else None, "batch_size": batch_size,
+                                    "stage": stage, "repeat": repeat})
+        self.progress.show(index, batch_size, stage, repeat, self.spec.repeats)
+
+    def _write_run_files(self, loaded: models.LoadedModel, engine: Engine) -> None:
+        env = fingerprint.collect(self.device, engine.version())
+        write_json(self.folder.root / "env.json", env)
+        write_json(self.folder.root / "model.json", json.loads(loaded.info.to_json()))
+        if self.spec.calibrate:
+            self._stage(-1, None, "calibrate")
+            cal = calibrate(self.device, loaded.dtype)
+            write_json(self.folder.root / "calibration.json", cal)
+        self.folder.log(f"model {loaded.info.name}: {loaded.info.params:,} params on {self.device}, "
+                        f"engine {engine.version()}")
+
+    def _batch(self, batch_size: int, repeat: int, vocab: int) -> Batch:
+        prompts, outputs = self.spec.request_lengths(batch_size, repeat)
+        gen = torch.Generator().manual_seed(self.spec.seed * 1_000_003 + batch_size * 1_009 + repeat + 17)
+        ids = torch.randint(1, vocab, (sum(prompts),), generator=gen).tolist()
+        rows, start = [], 0
+        for p in prompts:
+            rows.append(ids[start:start + p])
+            start += p
+        return Batch(prompt_ids=rows, output_lens=outputs)
+
+    def _point(self, index: int, batch_size: int, loaded: models.LoadedModel, engine: Engine) -> dict[str, Any]:
+        spec = self.spec
+        batches = {r: self._batch(batch_size, r, loaded.info.vocab) for r in spec.repeat_indices()}
+        self._reset_memory_stats()
+        rss_before = self.sampler.process.read()["rss_bytes"]
+        results: list[RepeatResult] = []
+        windows: list[tuple[int, float, float, float]] = []
+        summary: dict[str, Any] = {}
+        setup_s = 0.0
+        try:
+            self._stage(index, batch_size, "setup")
+            setup_s = engine.setup(batch_size, max(max(b.prompt_lens) for b in batches.values()),
+                                   max(max(b.output_lens) for b in batches.values()))
+            for repeat, batch in batches.items():
+                self._stage(index, batch_size, "warmup" if repeat < 0 else "measure", max(repeat, 0))
+                host_start = time.perf_counter()
+                gen = engine.generate(batch)
+                if repeat >= 0:
+                    results.append(RepeatResult(index, repeat, batch, gen))
+                    windows.append((repeat, host_start, host_start + gen.token_ms[0] / 1000,
+                                    host_start + gen.token_ms[-1] / 1000))
+            summary = summarise(index, batch_size, results, spec.warmup)
+            summary.update(self._memory(loaded, results, rss_before))
+        except OOM_ERRORS as err:
+            summary = self._failed(index, batch_size, "oom", err)
+        except cancel.Cancelled:
+            self.sampler.drain()
+            raise
+        except RuntimeError as err:
+            summary = self._failed(index, batch_size, "error", err)
+        finally:
+            if summary.get("status") != "ok":
+                results = []
+            engine.release()
+            self._free()
+        summary["setup_ms"] = setup_s * 1000.0
+        samples = self._tag_samples(self.sampler.drain(), windows)
+        summary.update(_utilisation(samples, summary))
+        for row in samples:
+            del row["stage"]
+        parts = {"samples": samples}
+        if results:
+            parts.update(requests=[r for res in results for r in res.requests],
+                         steps=[s for res in results for s in res.steps],
+                         repeats=[res.row for res in results])
+        self.folder.write_point(index, parts, {name: summary.get(name) for name in SUMMARY.names})
+        self.folder.log(f"point {index} batch {batch_size}: {summary['status']}"
+                        + (f" {summary['output_tokens_per_s']:.1f} out tok/s" if summary["status"] == "ok" else
+                           f" {summary['error']}"))
+        return summary
+
+    def _failed(self, index: int, batch_size: int, status: str, err: BaseException) -> dict[str, Any]:
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return {"point_index": index, "batch_size": batch_size, "status": status,
+                "error": f"{type(err).__name__}: {text}", "repeats": 0, "warmup": self.spec.warmup}
+
+    def _reset_memory_stats(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def _free(self) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _memory(self, loaded: models.LoadedModel, results: list[RepeatResult], rss_before: int) -> dict[str, Any]:
+        info = loaded.info
+        kv_allocated = max(r.gen.kv_allocated_bytes for r in results)
+        kv_used = max(sum(r.batch.prompt_lens) + sum(r.batch.output_lens) for r in results) * info.kv_bytes_per_token
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            return memory.split(capacity=total, weights=info.weight_bytes, kv_allocated=kv_allocated,
+                                kv_used=kv_used, peak_allocated=torch.cuda.max_memory_allocated(self.device),
+                                reserved=torch.cuda.max_memory_reserved(self.device), device_used=total - free)
+        rss_peak = max(rss_before, self.sampler.process.read()["rss_bytes"])
+        return memory.split(capacity=fingerprint.total_ram(), weights=info.weight_bytes,
+                            kv_allocated=kv_allocated, kv_used=kv_used,
+                            peak_allocated=info.weight_bytes + kv_allocated + max(0, rss_peak - rss_before),
+                            reserved=None, device_used=None)
+
+    @staticmethod
+    def _tag_samples(rows: list[dict[str, Any]], windows: list[tuple[int, float, float, float]]) -> list[dict[str, Any]]:
+        """Repeat and phase from the device timeline: prefill until the first token, decode after.
+
+        The host-side `stage` stays on each row until the point is summarised, then is dropped.
+        """
+        for row in rows:
+            stage, host_t = row["stage"], row.pop("host_t")
+            row["repeat"], row["phase"] = -1, "idle" if stage == "measure" else stage
+            for repeat, start, prefill_end, end in windows:
+                if start <= host_t <= end:
+                    row["repeat"] = repeat
+                    row["phase"] = "prefill" if host_t <= prefill_end else "decode"
+                    break
+        return rows
+
+
+def _utilisation(samples: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
+    """Means over the measured repeats (and over decode only), energy and its share per token.
+
+    A repeat shorter than the sampling period may hold no sample, so "measured" is every sample taken
+    while the host was in the measure stage (gaps between repeats included).
+    """
+    measured = [s for s in samples if s["stage"] == "measure"]
+    decode = [s for s in measured if s["phase"] == "decode"]
+
+    def mean(rows: list[dict[str, Any]], key: str) -> float | None:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return statistics.fmean(values) if values else None
+
+    out: dict[str, Any] = {name: mean(measured, name) for name in UTIL_MEANS}
+    out.update({f"{name}_decode": mean(decode, name) for name in UTIL_MEANS[:6]})
+    out["cpu_pct"] = mean(measured, "cpu_pct")
+    out["rss_bytes_max"] = max((s["rss_bytes"] for s in measured), default=None)
+    out["util_source"] = samples[0]["source"] if samples else None
+    energy = 0.0
+    for a, b in zip(measured, measured[1:]):
+        if a["power_w"] is not None and b["power_w"] is not None:
+            energy += (a["power_w"] + b["power_w"]) / 2 * (b["t_s"] - a["t_s"])
+    has_power = any(s["power_w"] is not None for s in measured)
+    out["energy_j"] = energy if has_power else None
+    tokens = summary.get("output_len_mean", 0) * summary.get("batch_size", 0) * summary.get("repeats", 0)
+    out["energy_per_output_token_j"] = energy / tokens if has_power and tokens else None
+    return out
+
+
+def run_sweep(spec: SweepSpec, out: Path) -> str:
+    """Validate device + dtype (SpecError before anything is written), then run and return the state."""
+    device = devices.resolve(spec.device)
+    devices.check_dtype(device, spec.dtype)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "spec.json", {**spec.to_dict(), "run_id": out.name, "created_at": utc_now()})
+    return Sweep(spec, out, device).run()

@@ -1,0 +1,163 @@
+"""Background sampler: GPU (NVML, and GPM on Hopper+) or process CPU/RSS, at ≥ 20 Hz.
+
+Samples carry the host clock and the sweep's current stage; the sweep tags each one with its repeat
+and phase afterwards from the device timeline, because a CUDA-graph decode loop runs ahead of the
+host and a host-side "phase" flag would be wrong by the whole loop.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import torch
+
+try:
+    import pynvml
+except ImportError:  # a CPU laptop without nvidia-ml-py still samples the process
+    pynvml = None
+
+GPM_METRICS = {
+    "sm_util_pct": "NVML_GPM_METRIC_SM_UTIL",
+    "sm_occupancy_pct": "NVML_GPM_METRIC_SM_OCCUPANCY",
+    "tensor_active_pct": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "dram_bw_util_pct": "NVML_GPM_METRIC_DRAM_BW_UTIL",
+}
+SAMPLE_COLUMNS = ("gpu_util_pct", "mem_ctrl_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz",
+                  *GPM_METRICS, "cpu_pct", "rss_bytes")
+
+
+def nvml_handle(device: torch.device) -> Any | None:
+    """The NVML handle of a CUDA device (matched by UUID, so CUDA_VISIBLE_DEVICES is respected)."""
+    if pynvml is None or device.type != "cuda":
+        return None
+    try:
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        for candidate in (uuid, f"GPU-{uuid}"):
+            try:
+                return pynvml.nvmlDeviceGetHandleByUUID(candidate)
+            except pynvml.NVMLError:
+                continue
+        return pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+    except Exception:
+        return None
+
+
+class _ProcessProbe:
+    """Process CPU % (all threads, so > 100 on several cores) and RSS from /proc."""
+
+    def __init__(self) -> None:
+        self._ticks = os.sysconf("SC_CLK_TCK")
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self._last = (time.perf_counter(), self._cpu_seconds())
+
+    def _cpu_seconds(self) -> float:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self._ticks
+
+    def read(self) -> dict[str, float]:
+        now, cpu = time.perf_counter(), self._cpu_seconds()
+        wall = now - self._last[0]
+        pct = 100.0 * (cpu - self._last[1]) / wall if wall > 0 else 0.0
+        self._last = (now, cpu)
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * self._page
+        return {"cpu_pct": pct, "rss_bytes": rss}
+
+
+class _GpuProbe:
+    """NVML counters every tick; GPM metrics between consecutive ticks where the GPU supports them."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.gpm = self._gpm_supported()
+        self._prev_sample = pynvml.nvmlGpmSampleGet(handle, pynvml.nvmlGpmSampleAlloc()) if self.gpm else None
+
+    def _gpm_supported(self) -> bool:
+        try:
+            return bool(pynvml.nvmlGpmQueryDeviceSupport(self.handle).isSupportedDevice)
+        except Exception:
+            return False
+
+    def read(self) -> dict[str, float]:
+        util = pynvml.nvmlDeviceGetUtilizationRates(self.handle)
+        row = {
+            "gpu_util_pct": float(util.gpu),
+            "mem_ctrl_util_pct": float(util.memory),
+            "mem_used_bytes": float(pynvml.nvmlDeviceGetMemoryInfo(self.handle).used),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0,
+            "sm_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(self.handle, pynvml.NVML_CLOCK_SM)),
+        }
+        if self.gpm:
+            row.update(self._gpm_read())
+        return row
+
+    def _gpm_read(self) -> dict[str, float]:
+        sample = pynvml.nvmlGpmSampleGet(self.handle, pynvml.nvmlGpmSampleAlloc())
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1, request.sample2 = self._prev_sample, sample
+        for i, constant in enumerate(GPM_METRICS.values()):
+            request.metrics[i].metricId = getattr(pynvml, constant)
+        pynvml.nvmlGpmMetricsGet(request)
+        pynvml.nvmlGpmSampleFree(self._prev_sample)
+        self._prev_sample = sample
+        return {name: request.metrics[i].value for i, name in enumerate(GPM_METRICS)
+                if request.metrics[i].nvmlReturn == 0}
+
+
+class Sampler:
+    """A daemon thread that appends one row per tick; `drain()` hands the rows over."""
+
+    def __init__(self, device: torch.device, hz: float, t0: float) -> None:
+        self.period = 1.0 / hz
+        self.t0 = t0
+        self.context: tuple[int, str] = (-1, "idle")
+        self.process = _ProcessProbe()
+        handle = nvml_handle(device)
+        self.gpu = _GpuProbe(handle) if handle is not None else None
+        self.sources = ["proc"] + (["nvml"] if self.gpu else []) + (["gpm"] if self.gpu and self.gpu.gpm else [])
+        self._rows: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def set_context(self, point_index: int, stage: str) -> None:
+        self.context = (point_index, stage)
+
+    def drain(self) -> list[dict[str, Any]]:
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+    def _loop(self) -> None:
+        next_tick = time.perf_counter()
+        while not self._stop.is_set():
+            row: dict[str, Any] = dict.fromkeys(SAMPLE_COLUMNS)
+            row.update(self.process.read())
+            if self.gpu is not None:
+                try:
+                    row.update(self.gpu.read())
+                except Exception:
+                    pass  # a transient NVML error loses one sample, not the sweep
+            now = time.perf_counter()
+            row["host_t"] = now
+            row["t_s"] = now - self.t0
+            row["point_index"], row["stage"] = self.context
+            row["source"] = ",".join(self.sources)
+            with self._lock:
+                self._rows.append(row)
+            next_tick = max(next_tick + self.period, time.perf_counter())  # late ticks are skipped, not burst
+            self._stop.wait(next_tick - time.perf_counter())

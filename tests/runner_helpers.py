@@ -1,0 +1,37 @@
+"""Launch the real runner as a subprocess, as the app and a headless GPU host do."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "hf-generate"]
+
+
+def runner_cmd(out: Path, *options: str) -> list[str]:
+    return [sys.executable, "-m", "runners", "sweep", "--out", str(out), *options]
+
+
+def run_runner(out: Path, *options: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(runner_cmd(out, *options), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def start_runner(out: Path, *options: str) -> subprocess.Popen:
+    return subprocess.Popen(runner_cmd(out, *options), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def read_status(out: Path) -> dict:
+    return json.loads((out / "status.json").read_text())
+
+
+def wait_for_points(out: Path, count: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list((out / "points").glob("*.summary.parquet"))) >= count if (out / "points").is_dir() else False:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{count} point(s) not finished in {timeout} s")

@@ -1,0 +1,57 @@
+import random
+import statistics
+
+import pytest
+
+from runners import distributions
+
+
+def test_fixed_always_same():
+    assert distributions.sample_lengths("fixed:32", 5, seed=1) == [32] * 5
+
+
+def test_uniform_stays_in_bounds_and_covers_them():
+    values = distributions.sample_lengths("uniform:3:6", 400, seed=0)
+    assert set(values) == {3, 4, 5, 6}
+
+
+def test_normal_mean_and_floor_at_one():
+    values = distributions.sample_lengths("normal:200:20", 4000, seed=0)
+    assert abs(statistics.fmean(values) - 200) < 2
+    assert min(distributions.sample_lengths("normal:2:50", 500, seed=0)) == 1
+
+
+def test_lognormal_median():
+    values = distributions.sample_lengths("lognormal:512:0.6", 4001, seed=0)
+    assert 490 < statistics.median(values) < 535
+
+
+def test_file_draws_only_listed_values(tmp_path):
+    path = tmp_path / "lens.txt"
+    path.write_text("10, 20\n30\n")
+    values = distributions.sample_lengths(f"file:{path}", 300, seed=0)
+    assert set(values) == {10, 20, 30}
+    assert distributions.parse(f"file:{path}").upper_bound() == 30
+
+
+def test_same_seed_same_lengths():
+    d = distributions.parse("lognormal:100:1.0")
+    assert d.sample(50, random.Random(7)) == d.sample(50, random.Random(7))
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("", "unknown distribution"), ("poisson:3", "unknown distribution"), ("fixed", "takes 1"),
+    ("fixed:0", "≥ 1"), ("fixed:2.5", "whole"), ("uniform:9:3", "LO ≤ HI"), ("normal:10", "takes 2"),
+    ("normal:10:-1", "SD ≥ 0"), ("lognormal:abc:1", "not a number"), ("fixed:nan", "finite"),
+    ("file:/no/such/file", "not found"),
+])
+def test_malformed_distributions_are_named(text, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        distributions.parse(text)
+
+
+def test_file_with_garbage_is_rejected(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_text("10 x 20")
+    with pytest.raises(ValueError, match="not a whole number"):
+        distributions.parse(f"file:{path}")

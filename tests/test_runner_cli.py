@@ -1,0 +1,158 @@
+"""The real runner as a subprocess on the CPU tiny preset: end to end, bad input, cancel, kill, OOM."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from runners.schemas import DETAIL, SUMMARY
+from tests.runner_helpers import TINY, read_status, run_runner, start_runner, wait_for_points
+
+DESIGN_METRICS = [  # DESIGN §2 "per point, at least"
+    "batch_size", "active_seqs_mean", "active_tokens_mean", "prefill_ms", "decode_step_ms",
+    *(f"{m}_ms_p{p}" for m in ("ttft", "itl", "e2e") for p in (50, 95, 99)),
+    "input_tokens_per_s", "output_tokens_per_s", "requests_per_s", "prefill_padding_waste",
+    "decode_padding_waste", "mem_weights", "mem_kv_allocated", "mem_kv_used", "mem_activations",
+    "mem_capacity", "cpu_pct", "rss_bytes_max", "status",
+]
+
+
+def test_issue_command_writes_a_complete_run_folder(tmp_path):
+    out = tmp_path / "demo-cpu"
+    started = time.monotonic()
+    result = run_runner(out, "--model", "tiny", "--dtype", "float32", "--engine", "hf-generate",
+                        "--mode", "static", "--batch-sizes", "1,2,4", "--prompt-len", "fixed:32",
+                        "--output-len", "fixed:8", "--repeats", "2", "--seed", "0")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 60
+    assert "3/3 points" in result.stderr or "2/3 points" in result.stderr  # the progress bar ran
+    status = read_status(out)
+    assert status["state"] == "done" and status["points_done"] == 3 and status["error"] is None
+    for name in ("spec.json", "env.json", "model.json", "calibration.json", "log.txt"):
+        assert (out / name).is_file(), name
+    env = json.loads((out / "env.json").read_text())
+    assert env["torch"] and env["transformers"] and env["python"] and env["engine"].startswith("hf-generate")
+    for index, batch in enumerate([1, 2, 4]):
+        summary = pq.read_table(out / "points" / f"p{index:04d}.summary.parquet").to_pylist()[0]
+        assert summary["batch_size"] == batch and summary["status"] == "ok"
+        missing = [m for m in DESIGN_METRICS if summary[m] is None]
+        assert not missing, f"batch {batch} lacks {missing}"
+        assert summary["output_tokens_per_s_min"] <= summary["output_tokens_per_s"] <= summary["output_tokens_per_s_max"]
+        requests = pq.read_table(out / "points" / f"p{index:04d}.requests.parquet")
+        assert requests.num_rows == batch * 2  # 2 repeats
+        assert set(requests.column("output_len").to_pylist()) == {8}
+        steps = pq.read_table(out / "points" / f"p{index:04d}.steps.parquet")
+        assert steps.num_rows == 2 * 8  # per repeat: 1 prefill + 7 decode steps
+        samples = pq.read_table(out / "points" / f"p{index:04d}.samples.parquet")
+        assert samples.num_rows > 0 and samples.schema.names == DETAIL["samples"].names
+        assert pq.read_table(out / "points" / f"p{index:04d}.summary.parquet").schema.names == SUMMARY.names
+
+
+def test_spec_file_gives_the_same_options(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model": "tiny", "dtype": "float32", "device": "cpu", "batch_sizes": [1, 2],
+                                "prompt_len": "uniform:4:12", "output_len": "fixed:3", "repeats": 1,
+                                "calibrate": False}))
+    out = tmp_path / "run"
+    result = run_runner(out, "--spec", str(spec))
+    assert result.returncode == 0, result.stderr
+    written = json.loads((out / "spec.json").read_text())
+    assert written["batch_sizes"] == [1, 2] and written["prompt_len"] == "uniform:4:12"
+    assert not (out / "calibration.json").exists()
+    lens = pq.read_table(out / "points" / "p0001.requests.parquet").column("prompt_len").to_pylist()
+    assert all(4 <= n <= 12 for n in lens)
+
+
+@pytest.mark.parametrize("options, fragment", [
+    (["--batch-sizes", ""], "batch_sizes"),
+    (["--batch-sizes", "0,2"], "≥ 1"),
+    (["--batch-sizes", "-4"], "≥ 1"),
+    (["--batch-sizes", "1,2.5"], "whole number"),
+    (["--batch-sizes", "1,8", "--max-batch-size", "4"], "ceiling"),
+    (["--batch-sizes", "100000"], "ceiling"),
+    (["--model", "no-such-preset"], "unknown model"),
+    (["--model", "/no/such/checkpoint"], "unknown model"),
+    (["--prompt-len", "fixed:0"], "≥ 1"),
+    (["--prompt-len", "fixed:4000"], "context"),
+    (["--output-len", "lognormal:3000:0.1"], "context"),
+    (["--prompt-len", "gauss:3:4"], "unknown distribution"),
+    (["--output-len", "uniform:9:2"], "LO ≤ HI"),
+    (["--repeats", "0"], "repeats"),
+    (["--dtype", "float8"], "dtype"),
+    (["--device", "cuda:7"], "device"),
+    (["--on-oom", "explode"], "on_oom"),
+])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, options, fragment):
+    out = tmp_path / "run"
+    result = run_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2",
+                        *options, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], lines
+    assert not out.exists()
+
+
+def test_existing_run_folder_is_never_overwritten(tmp_path):
+    out = tmp_path / "run"
+    (out / "points").mkdir(parents=True)
+    result = run_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2")
+    assert result.returncode == 2 and "already holds a run" in result.stderr
+
+
+LONG = [*TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64", "--output-len", "fixed:256",
+        "--repeats", "3", "--no-calibrate"]
+
+
+def test_sigterm_keeps_finished_points_and_marks_cancelled(tmp_path):
+    out = tmp_path / "run"
+    proc = start_runner(out, *LONG)
+    wait_for_points(out, 1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 3
+    status = read_status(out)
+    assert status["state"] == "cancelled" and status["finished_at"]
+    summaries = sorted((out / "points").glob("*.summary.parquet"))
+    assert 1 <= len(summaries) < 7 and status["points_done"] == len(summaries)
+    for path in summaries:
+        assert pq.read_table(path).to_pylist()[0]["status"] == "ok"
+    assert not list((out / "points").glob(".*.tmp"))
+
+
+def test_sigkill_leaves_readable_finished_points(tmp_path):
+    out = tmp_path / "run"
+    proc = start_runner(out, *LONG)
+    wait_for_points(out, 1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    status = read_status(out)
+    assert status["state"] == "running" and status["pid"] == proc.pid  # the app will mark it interrupted
+    for path in sorted((out / "points").glob("*.summary.parquet")):
+        index = path.name.split(".")[0]
+        for kind in ("requests", "steps", "samples", "repeats"):
+            assert pq.read_table(out / "points" / f"{index}.{kind}.parquet").num_rows > 0
+
+
+@pytest.mark.gpu
+def test_real_oom_is_a_result_and_stops_the_sweep(tmp_path):
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    # batch × (prompt + output) × 131072 B/token of KV for the 8B preset in bf16 — the largest batch asks
+    # for several times the free memory, so it must OOM.
+    big = max(2, int(4 * free / (131072 * 8192)))
+    out = tmp_path / "run"
+    result = run_runner(out, "--model", "llama-3.1-8b", "--dtype", "bfloat16", "--device", "cuda",
+                        "--batch-sizes", f"1,{big},{big * 2}", "--max-batch-size", str(big * 2),
+                        "--prompt-len", "fixed:8000", "--output-len", "fixed:2", "--repeats", "1",
+                        "--warmup", "0", "--no-calibrate", timeout=600)
+    assert result.returncode == 0, result.stderr
+    status = read_status(out)
+    assert status["state"] == "done" and "OOM" in (status["stopped_early"] or "")
+    oom = pq.read_table(out / "points" / "p0001.summary.parquet").to_pylist()[0]
+    assert oom["status"] == "oom" and "OutOfMemory" in oom["error"]
+    assert not (out / "points" / "p0002.summary.parquet").exists()
+    assert pq.read_table(out / "points" / "p0000.summary.parquet").to_pylist()[0]["status"] == "ok"
