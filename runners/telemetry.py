@@ -6,6 +6,7 @@ host and a host-side "phase" flag would be wrong by the whole loop.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -106,8 +107,9 @@ class _GpuProbe:
         pynvml.nvmlGpmMetricsGet(request)
         pynvml.nvmlGpmSampleFree(self._prev_sample)
         self._prev_sample = sample
-        return {name: request.metrics[i].value for i, name in enumerate(GPM_METRICS)
-                if request.metrics[i].nvmlReturn == 0}
+        values = {name: request.metrics[i].value for i, name in enumerate(GPM_METRICS)
+                  if request.metrics[i].nvmlReturn == 0}
+        return {name: v for name, v in values.items() if math.isfinite(v)}  # GPM reports NaN for empty intervals
 
 
 class Sampler:

@@ -1,0 +1,71 @@
+"""Copy a run folder's finished points into the history DB: idempotent, and never stopped by one bad file."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from batchscope.runfolder import RunFolder
+from batchscope.store import POINT_TABLES, Store
+
+
+@dataclass
+class IngestReport:
+    """What one ingest did: points newly stored, and a warning per file it had to skip."""
+
+    run_id: str
+    points_added: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def ingest_run(store: Store, folder: str | Path, demo: bool = False) -> IngestReport:
+    """Upsert the run from its JSON files and store each complete point not stored yet.
+
+    A point is complete when its summary file exists and reads. A corrupt detail file is skipped with
+    a warning and the point is stored without it; a corrupt summary leaves the point out.
+    """
+    run = RunFolder(folder)
+    report = IngestReport(run.run_id)
+    if not run.path.is_dir():
+        report.warnings.append(f"{run.path}: not a directory; skipped")
+        return report
+    spec, status = run.spec(), run.status()
+    if spec is None and status is None:
+        report.warnings.extend(run.warnings or [f"{run.path}: no spec.json or status.json, not a run folder; skipped"])
+        return report
+    if status is None:
+        stored = store.run(run.run_id)
+        status = (stored or {}).get("status") or {}
+    store.upsert_run(run.run_id, run.path.resolve(), spec or {}, status, run.env(), run.model(),
+                     run.calibration(), demo=demo)
+    stored_points = store.point_indices(run.run_id)
+    for index in run.complete_points():
+        if index in stored_points:
+            continue
+        if _ingest_point(store, run, index, report):
+            report.points_added += 1
+    report.warnings.extend(run.warnings)
+    return report
+
+
+def _ingest_point(store: Store, run: RunFolder, index: int, report: IngestReport) -> bool:
+    summary_file = run.point_file(index, "summary")
+    summary = run.read_point_table(index, "summary")
+    if summary is None:
+        return False
+    if summary.num_rows != 1:
+        report.warnings.append(f"{summary_file}: expected one summary row, found {summary.num_rows}; skipped")
+        return False
+    details = {}
+    for kind in POINT_TABLES:
+        table = run.read_point_table(index, kind)
+        if table is not None:
+            details[kind] = table
+    try:
+        return store.add_point(run.run_id, index, summary, details)
+    except duckdb.Error as error:
+        first_line = str(error).strip().splitlines()[0]
+        report.warnings.append(f"{summary_file}: point {index} not stored ({first_line})")
+        return False
+

@@ -1,0 +1,475 @@
+"""Background sweeps: one queue per device, each run a `python -m runners sweep` subprocess.
+
+The manager is a per-process singleton so every Streamlit session shares one view of what runs where.
+A lane thread per device launches its queue's runs one at a time, ingests finished points while a
+run goes, and settles the final state. Runners start in their own session, so a sweep outlives an
+app restart; `recover()` then adopts it, or marks it `interrupted` if its process is gone.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+from runners import spec as runner_spec
+
+from batchscope import config
+from batchscope.ingest import ingest_run
+from batchscope.runfolder import TERMINAL_STATES, RunFolder, parse_utc, utc_now, write_json_atomic
+from batchscope.store import Store
+
+log = logging.getLogger(__name__)
+
+EXIT_REJECTED_SPEC = 2
+
+
+def device_key(device: str) -> str:
+    """The queue a spec's device runs in: "cpu" or "cuda:N" ("auto" means cuda:0 when a GPU exists)."""
+    if device == "cpu":
+        return "cpu"
+    if device.startswith("cuda:"):
+        return device
+    if device == "cuda" or _nvidia_gpu_present():
+        return "cuda:0"
+    return "cpu"
+
+
+def _nvidia_gpu_present() -> bool:
+    """Whether the runner's "auto" will pick a GPU, decided without importing torch or NVML."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+def make_run_id(label: str, moment: datetime) -> str:
+    """`20261129-071500-tiny-3fa2c1`: sortable by time, readable, unique by its random suffix."""
+    slug = re.sub(r"[^a-z0-9]+", "-", Path(label.rstrip("/")).name.lower()).strip("-")[:24].strip("-")
+    return f"{moment:%Y%m%d-%H%M%S}-{slug or 'run'}-{secrets.token_hex(3)}"
+
+
+def runner_alive(pid: int | None) -> bool:
+    """True when `pid` is a live (not zombie) process that is a BatchScope runner, as far as we can tell."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    proc = Path(f"/proc/{pid}")
+    if not proc.is_dir():
+        return True
+    try:
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = (proc / "cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False
+    return state != "Z" and b"runners" in cmdline
+
+
+def _iso(moment: datetime) -> str:
+    return moment.replace(tzinfo=timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class _Active:
+    """A runner the manager watches: its own child, or (pid only) one adopted after a restart."""
+
+    run_id: str
+    folder: Path
+    popen: subprocess.Popen[bytes] | None = None
+    pid: int | None = None
+    stderr: IO[bytes] | None = None
+    cancel_requested_at: float | None = None
+    killed: bool = False
+
+    def exited(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is not None
+        return not runner_alive(self.pid)
+
+    def returncode(self) -> int | None:
+        return self.popen.returncode if self.popen is not None else None
+
+    def send(self, sig: signal.Signals) -> None:
+        if self.popen is not None:
+            if self.popen.poll() is None:
+                self.popen.send_signal(sig)
+        elif runner_alive(self.pid):
+            os.kill(self.pid, sig)
+
+    def stderr_tail(self) -> str | None:
+        """The last non-empty line the runner printed to stderr (its reason for exit code 2)."""
+        if self.stderr is None:
+            return None
+        self.stderr.seek(0, os.SEEK_END)
+        self.stderr.seek(max(0, self.stderr.tell() - 65536))
+        lines = [line.strip() for line in self.stderr.read().decode(errors="replace").splitlines()]
+        last = next((line for line in reversed(lines) if line), None)
+        return last.removeprefix("error: ") if last else None
+
+
+@dataclass
+class _Lane:
+    """One device's queue: runs waiting in submission order and the one running now."""
+
+    key: str
+    waiting: deque[str] = field(default_factory=deque)
+    current: _Active | None = None
+    thread: threading.Thread | None = None
+
+
+class JobManager:
+    """Queue, launch, watch, cancel and recover sweeps; use `JobManager.instance()` in the app."""
+
+    _instances: ClassVar[dict[tuple[Path, Path], JobManager]] = {}
+    _instances_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, store: Store, runs_dir: Path, python: str | None = None,
+                 grace_s: float = 10.0, poll_s: float = 0.25, ingest_every_s: float = 1.0) -> None:
+        self.store = store
+        self.runs_dir = Path(runs_dir).resolve()
+        self.python = python or config.runner_python()
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.ingest_every_s = ingest_every_s
+        self._lanes: dict[str, _Lane] = {}
+        self._folders: dict[str, Path] = {}
+        self._order: dict[str, int] = {}
+        self._warned: set[str] = set()
+        self._changed = threading.Condition(threading.RLock())
+        self._stopping = False
+        self._cancel_on_stop = True
+
+    @classmethod
+    def instance(cls, store_path: str | Path | None = None, runs_dir: str | Path | None = None) -> JobManager:
+        """The process-wide manager for this DB and runs folder; created (and recovered) on first use."""
+        db = Path(store_path) if store_path is not None else config.db_path()
+        runs = Path(runs_dir) if runs_dir is not None else config.runs_dir()
+        key = (db.resolve(), runs.resolve())
+        with cls._instances_lock:
+            manager = cls._instances.get(key)
+            if manager is None:
+                manager = cls(Store(db), runs)
+                manager.recover()
+                cls._instances[key] = manager
+            return manager
+
+    # ---- public API ----------------------------------------------------------------------------
+
+    def submit(self, spec: dict[str, Any]) -> str:
+        """Validate, create the run folder (spec.json + queued status.json) and queue it; returns run id.
+
+        Raises runners.spec.SpecError for bad input, before anything is written.
+        """
+        validated = runner_spec.validate(spec, model_roots=config.model_roots()).to_dict()
+        created = utc_now()
+        run_id = make_run_id(validated.get("name") or validated["model"], created)
+        folder = self.runs_dir / run_id
+        folder.mkdir(parents=True)
+        spec_out = {**validated, "run_id": run_id, "created_at": _iso(created)}
+        status = {"state": "queued", "run_id": run_id, "pid": None, "points_done": 0,
+                  "points_total": len(validated["batch_sizes"]), "current": None, "started_at": None,
+                  "heartbeat_at": None, "finished_at": None, "error": None, "stopped_early": None}
+        write_json_atomic(folder / "spec.json", spec_out)
+        write_json_atomic(folder / "status.json", status)
+        self.store.upsert_run(run_id, folder, spec_out, status, None, None, None)
+        self._enqueue(run_id, folder, device_key(validated["device"]))
+        return run_id
+
+    def cancel(self, run_id: str) -> None:
+        """Queued: dropped and marked cancelled. Running: SIGTERM (the runner stops at the next step
+        and keeps finished points), SIGKILL after `grace_s`. Finished: nothing to do."""
+        with self._changed:
+            for lane in self._lanes.values():
+                if run_id in lane.waiting:
+                    lane.waiting.remove(run_id)
+                    self._settle_unlaunched(run_id, "cancelled", None)
+                    self._changed.notify_all()
+                    return
+                active = lane.current
+                if active is not None and active.run_id == run_id:
+                    if active.cancel_requested_at is None:
+                        active.cancel_requested_at = time.monotonic()
+                        active.send(signal.SIGTERM)
+                    return
+        if self.store.run(run_id) is None:
+            raise KeyError(run_id)
+
+    def progress(self, run_id: str) -> dict[str, Any]:
+        """status.json's fields plus elapsed_s, eta_s and queue_position (1 = launches next; None
+        when not waiting). Raises KeyError for an unknown run."""
+        folder = self._folder(run_id)
+        status = RunFolder(folder).status() if folder is not None else None
+        if status is None:
+            stored = self.store.run(run_id)
+            if stored is None:
+                raise KeyError(run_id)
+            status = stored["status"] or {}
+        progress = dict(status)
+        started, finished = parse_utc(status.get("started_at")), parse_utc(status.get("finished_at"))
+        elapsed = ((finished or utc_now()) - started).total_seconds() if started else None
+        done, total = status.get("points_done") or 0, status.get("points_total") or 0
+        eta = None
+        if status.get("state") == "running" and elapsed is not None and done and total >= done:
+            eta = elapsed / done * (total - done)
+        progress.update(elapsed_s=elapsed, eta_s=eta, queue_position=self._queue_position(run_id))
+        return progress
+
+    def queue(self) -> list[str]:
+        """Runs waiting to launch, on every device, in submission order."""
+        with self._changed:
+            waiting = [run_id for lane in self._lanes.values() for run_id in lane.waiting]
+            return sorted(waiting, key=self._order.__getitem__)
+
+    def active(self) -> list[str]:
+        """Runs whose runner process is going now (one per device at most)."""
+        with self._changed:
+            return [lane.current.run_id for lane in self._lanes.values() if lane.current is not None]
+
+    def wait(self, run_id: str, timeout: float) -> str:
+        """Block until the run has finished and been fully ingested; its final state. TimeoutError if not."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                state = self._settled_state(run_id)
+                if state is not None:
+                    return state
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"run {run_id} still {self._stored_state(run_id)} after {timeout} s")
+                self._changed.wait(min(remaining, self.poll_s))
+
+    def recover(self) -> list[str]:
+        """Settle runs left behind by an earlier app process; returns the ids marked `interrupted`.
+
+        Running with a live runner: adopted (watched and ingested). Running with its process gone:
+        `interrupted`, finished points ingested. Queued: queued again, oldest first. Already finished
+        in its folder: ingested so the DB catches up.
+        """
+        interrupted = []
+        for run_id, folder in self._leftover_runs():
+            run = RunFolder(folder)
+            status = run.status() or {}
+            state = status.get("state")
+            if state == "running":
+                pid = status.get("pid")
+                if runner_alive(pid) and self._adopt(run_id, folder, pid, run.spec() or {}):
+                    continue
+                if runner_alive(pid):
+                    continue
+                status.update(state="interrupted", current=None, finished_at=_iso(utc_now()),
+                              error=f"runner process {pid} ended without finishing "
+                                    f"(last heartbeat {status.get('heartbeat_at')})")
+                if folder.is_relative_to(self.runs_dir):
+                    run.write_status(status)
+                    self._ingest(folder)
+                else:
+                    self._ingest(folder)
+                    self.store.set_state(run_id, "interrupted", status["error"])
+                interrupted.append(run_id)
+            elif state == "queued" and folder.is_relative_to(self.runs_dir):
+                self._enqueue(run_id, folder, device_key((run.spec() or {}).get("device", "auto")))
+            else:
+                self._ingest(folder)
+        return interrupted
+
+    def shutdown(self, cancel_running: bool = True) -> None:
+        """Stop the lanes. Running sweeps are cancelled, or with cancel_running=False left to finish
+        on their own (a later recover() adopts them). Waiting runs stay queued in their folders."""
+        with self._changed:
+            if self._stopping:
+                return
+            self._stopping = True
+            self._cancel_on_stop = cancel_running
+            lanes = list(self._lanes.values())
+            running = [lane.current.run_id for lane in lanes if lane.current is not None]
+            self._changed.notify_all()
+        if cancel_running:
+            for run_id in running:
+                self.cancel(run_id)
+        for lane in lanes:
+            if lane.thread is not None:
+                lane.thread.join()
+        with self._instances_lock:
+            for key, manager in list(self._instances.items()):
+                if manager is self:
+                    del self._instances[key]
+        self.store.close()
+
+    # ---- queueing and lanes --------------------------------------------------------------------
+
+    def _enqueue(self, run_id: str, folder: Path, key: str) -> None:
+        with self._changed:
+            self._folders[run_id] = folder
+            self._order.setdefault(run_id, len(self._order))
+            self._lane(key).waiting.append(run_id)
+            self._changed.notify_all()
+
+    def _lane(self, key: str) -> _Lane:
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = _Lane(key)
+            lane.thread = threading.Thread(target=self._lane_loop, args=(lane,),
+                                           name=f"batchscope-lane-{key}", daemon=True)
+            self._lanes[key] = lane
+            lane.thread.start()
+        return lane
+
+    def _lane_loop(self, lane: _Lane) -> None:
+        while True:
+            with self._changed:
+                while lane.current is None and not lane.waiting and not self._stopping:
+                    self._changed.wait()
+                if self._stopping and lane.current is None:
+                    return
+                if lane.current is None:
+                    lane.current = self._launch(lane.waiting.popleft())
+                    if lane.current is None:
+                        self._changed.notify_all()
+                        continue
+                active = lane.current
+            finished = self._watch(active)
+            if finished:
+                self._settle(active)
+            with self._changed:
+                lane.current = None
+                self._changed.notify_all()
+                if not finished:
+                    return
+
+    def _launch(self, run_id: str) -> _Active | None:
+        folder = self._folders[run_id]
+        stderr = tempfile.TemporaryFile()
+        command = [self.python, "-m", "runners", "sweep", "--spec", str(folder / "spec.json"),
+                   "--out", str(folder)]
+        try:
+            popen = subprocess.Popen(command, cwd=config.REPO_ROOT, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+        except OSError as error:
+            stderr.close()
+            self._settle_unlaunched(run_id, "failed", f"could not start the runner: {error}")
+            return None
+        return _Active(run_id, folder, popen=popen, pid=popen.pid, stderr=stderr)
+
+    def _adopt(self, run_id: str, folder: Path, pid: int, spec: dict[str, Any]) -> bool:
+        """Watch a runner left by an earlier app process, if its device's lane is free."""
+        with self._changed:
+            lane = self._lane(device_key(spec.get("device", "auto")))
+            if lane.current is not None:
+                return False
+            self._folders[run_id] = folder
+            self._order.setdefault(run_id, len(self._order))
+            lane.current = _Active(run_id, folder, pid=pid)
+            self._changed.notify_all()
+            return True
+
+    def _watch(self, active: _Active) -> bool:
+        """Poll the runner until it exits, ingesting finished points; False if abandoned at shutdown."""
+        next_ingest = 0.0
+        while not active.exited():
+            if self._stopping and not self._cancel_on_stop:
+                return False
+            now = time.monotonic()
+            if (active.cancel_requested_at is not None and not active.killed
+                    and now - active.cancel_requested_at > self.grace_s):
+                active.send(signal.SIGKILL)
+                active.killed = True
+            if now >= next_ingest:
+                self._ingest(active.folder)
+                next_ingest = now + self.ingest_every_s
+            time.sleep(self.poll_s)
+        return True
+
+    def _settle(self, active: _Active) -> None:
+        """Give the run its final state: the runner's own, else one that says how it ended."""
+        run = RunFolder(active.folder)
+        status = run.status() or {"run_id": active.run_id}
+        if status.get("state") not in TERMINAL_STATES:
+            code = active.returncode()
+            if active.cancel_requested_at is not None:
+                state, error = "cancelled", None
+            elif code is not None and code > 0:
+                reason = active.stderr_tail() or f"runner exited with code {code}"
+                state, error = "failed", reason if code == EXIT_REJECTED_SPEC else f"{reason} (exit code {code})"
+            else:
+                ending = f"killed by signal {-code}" if code is not None and code < 0 else "ended"
+                state, error = "interrupted", f"runner process {active.pid} {ending} without finishing"
+            status.update(state=state, error=error, current=None, finished_at=_iso(utc_now()))
+            run.write_status(status)
+        if active.stderr is not None:
+            active.stderr.close()
+        self._ingest(active.folder)
+
+    def _settle_unlaunched(self, run_id: str, state: str, error: str | None) -> None:
+        folder = self._folders[run_id]
+        run = RunFolder(folder)
+        status = run.status() or {"run_id": run_id}
+        status.update(state=state, error=error, finished_at=_iso(utc_now()))
+        run.write_status(status)
+        self._ingest(folder)
+
+    def _ingest(self, folder: Path) -> None:
+        report = ingest_run(self.store, folder)
+        for warning in report.warnings:
+            if warning not in self._warned:
+                self._warned.add(warning)
+                log.warning(warning)
+
+    # ---- lookups -------------------------------------------------------------------------------
+
+    def _leftover_runs(self) -> list[tuple[str, Path]]:
+        """Runs the DB or the runs folder still call queued or running, oldest first, not managed now."""
+        found: dict[str, Path] = {}
+        stored = self.store.runs(state=["queued", "running"])
+        for run_id, folder in zip(stored["run_id"], stored["folder"]):
+            if folder:
+                found[run_id] = Path(folder)
+        if self.runs_dir.is_dir():
+            for folder in sorted(self.runs_dir.iterdir()):
+                status = RunFolder(folder).status() if folder.is_dir() else None
+                if status and status.get("state") in ("queued", "running"):
+                    found.setdefault(folder.name, folder)
+        with self._changed:
+            managed = set(self._folders)
+        return sorted((item for item in found.items() if item[0] not in managed), key=lambda item: item[0])
+
+    def _folder(self, run_id: str) -> Path | None:
+        with self._changed:
+            folder = self._folders.get(run_id)
+        if folder is None:
+            stored = self.store.run(run_id)
+            folder = Path(stored["folder"]) if stored and stored.get("folder") else None
+        return folder
+
+    def _queue_position(self, run_id: str) -> int | None:
+        with self._changed:
+            for lane in self._lanes.values():
+                if run_id in lane.waiting:
+                    return list(lane.waiting).index(run_id) + 1
+        return None
+
+    def _stored_state(self, run_id: str) -> str | None:
+        stored = self.store.run(run_id)
+        return stored["state"] if stored else None
+
+    def _settled_state(self, run_id: str) -> str | None:
+        """The final state once the manager is done with the run; None while it is queued or going."""
+        for lane in self._lanes.values():
+            if run_id in lane.waiting or (lane.current is not None and lane.current.run_id == run_id):
+                return None
+        state = self._stored_state(run_id)
+        return state if state in TERMINAL_STATES else None

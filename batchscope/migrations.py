@@ -1,0 +1,120 @@
+"""Numbered schema migrations for the history DB. Append new ones; never edit one that has shipped."""
+from __future__ import annotations
+
+import duckdb
+
+from batchscope.runfolder import utc_now
+
+_SUMMARY_COLUMNS = """
+    point_index INTEGER NOT NULL, batch_size INTEGER, status VARCHAR, error VARCHAR,
+    repeats INTEGER, warmup INTEGER, prompt_len_mean DOUBLE, output_len_mean DOUBLE,
+    prefill_ms DOUBLE, decode_step_ms DOUBLE, decode_step_ms_p95 DOUBLE,
+    ttft_ms_p50 DOUBLE, ttft_ms_p95 DOUBLE, ttft_ms_p99 DOUBLE,
+    itl_ms_p50 DOUBLE, itl_ms_p95 DOUBLE, itl_ms_p99 DOUBLE,
+    e2e_ms_p50 DOUBLE, e2e_ms_p95 DOUBLE, e2e_ms_p99 DOUBLE,
+    output_tokens_per_s DOUBLE, output_tokens_per_s_min DOUBLE, output_tokens_per_s_max DOUBLE,
+    input_tokens_per_s DOUBLE, prefill_tokens_per_s DOUBLE, requests_per_s DOUBLE,
+    prefill_padding_waste DOUBLE, decode_padding_waste DOUBLE,
+    active_seqs_mean DOUBLE, active_tokens_mean DOUBLE, active_tokens_max DOUBLE, setup_ms DOUBLE,
+    mem_capacity BIGINT, mem_weights BIGINT, mem_kv_allocated BIGINT, mem_kv_used BIGINT,
+    mem_activations BIGINT, mem_allocator_reserve BIGINT, mem_other BIGINT,
+    mem_peak_allocated BIGINT, mem_reserved BIGINT, mem_nvml_used BIGINT,
+    gpu_util_pct DOUBLE, mem_ctrl_util_pct DOUBLE, sm_util_pct DOUBLE, sm_occupancy_pct DOUBLE,
+    tensor_active_pct DOUBLE, dram_bw_util_pct DOUBLE, power_w DOUBLE, sm_clock_mhz DOUBLE,
+    cpu_pct DOUBLE, rss_bytes_max BIGINT,
+    gpu_util_pct_decode DOUBLE, mem_ctrl_util_pct_decode DOUBLE, sm_util_pct_decode DOUBLE,
+    sm_occupancy_pct_decode DOUBLE, tensor_active_pct_decode DOUBLE, dram_bw_util_pct_decode DOUBLE,
+    energy_j DOUBLE, energy_per_output_token_j DOUBLE, timing VARCHAR, util_source VARCHAR
+"""
+
+_V1_INITIAL = [
+    """CREATE TABLE runs (
+        run_id VARCHAR PRIMARY KEY, name VARCHAR, folder VARCHAR,
+        state VARCHAR, error VARCHAR, stopped_early VARCHAR, pid INTEGER,
+        points_done INTEGER, points_total INTEGER,
+        created_at TIMESTAMP, started_at TIMESTAMP, heartbeat_at TIMESTAMP, finished_at TIMESTAMP,
+        model VARCHAR, dtype VARCHAR, engine VARCHAR, mode VARCHAR, device VARCHAR,
+        gpu_name VARCHAR, gpu_memory_bytes BIGINT, driver VARCHAR, cuda VARCHAR,
+        torch_version VARCHAR, transformers_version VARCHAR, python_version VARCHAR,
+        host VARCHAR, engine_version VARCHAR, fingerprint VARCHAR,
+        spec_json VARCHAR, status_json VARCHAR, env_json VARCHAR, model_json VARCHAR,
+        calibration_json VARCHAR, imported_at TIMESTAMP
+    )""",
+    f"CREATE TABLE points (run_id VARCHAR NOT NULL, {_SUMMARY_COLUMNS}, PRIMARY KEY (run_id, point_index))",
+    """CREATE TABLE repeats (
+        run_id VARCHAR NOT NULL, point_index INTEGER NOT NULL, repeat INTEGER, batch_size INTEGER,
+        wall_ms DOUBLE, prefill_ms DOUBLE, decode_ms DOUBLE, output_tokens BIGINT, input_tokens BIGINT,
+        output_tokens_per_s DOUBLE, input_tokens_per_s DOUBLE, requests_per_s DOUBLE
+    )""",
+    """CREATE TABLE requests (
+        run_id VARCHAR NOT NULL, point_index INTEGER NOT NULL, repeat INTEGER, request_index INTEGER,
+        batch_size INTEGER, prompt_len INTEGER, output_len INTEGER, queue_ms DOUBLE, ttft_ms DOUBLE,
+        e2e_ms DOUBLE, itl_ms_mean DOUBLE, itl_ms_p95 DOUBLE
+    )""",
+    """CREATE TABLE steps (
+        run_id VARCHAR NOT NULL, point_index INTEGER NOT NULL, repeat INTEGER, step_index INTEGER,
+        phase VARCHAR, start_ms DOUBLE, duration_ms DOUBLE, active_seqs INTEGER, active_tokens BIGINT,
+        batch_rows INTEGER
+    )""",
+    """CREATE TABLE samples (
+        run_id VARCHAR NOT NULL, t_s DOUBLE, point_index INTEGER, repeat INTEGER, phase VARCHAR,
+        gpu_util_pct DOUBLE, mem_ctrl_util_pct DOUBLE, mem_used_bytes BIGINT, power_w DOUBLE,
+        sm_clock_mhz DOUBLE, sm_util_pct DOUBLE, sm_occupancy_pct DOUBLE, tensor_active_pct DOUBLE,
+        dram_bw_util_pct DOUBLE, cpu_pct DOUBLE, rss_bytes BIGINT, source VARCHAR
+    )""",
+    """CREATE TABLE calibrations (
+        key VARCHAR PRIMARY KEY, device VARCHAR, dtype VARCHAR, copy_bytes_per_s DOUBLE,
+        matmul_flops_per_s DOUBLE, source VARCHAR, run_id VARCHAR, data_json VARCHAR,
+        updated_at TIMESTAMP
+    )""",
+    "CREATE INDEX repeats_run_point ON repeats (run_id, point_index)",
+    "CREATE INDEX requests_run_point ON requests (run_id, point_index)",
+    "CREATE INDEX steps_run_point ON steps (run_id, point_index)",
+    "CREATE INDEX samples_run_point ON samples (run_id, point_index)",
+]
+
+_V2_DEMO_FLAG = [
+    "ALTER TABLE runs ADD COLUMN demo BOOLEAN DEFAULT false",
+    "UPDATE runs SET demo = false WHERE demo IS NULL",
+]
+
+# MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
+MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG]
+CURRENT_VERSION = len(MIGRATIONS)
+
+
+class SchemaTooNewError(RuntimeError):
+    """The DB was written by a newer BatchScope; opening it with this one could corrupt it."""
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The version the DB is at; 0 for an empty file."""
+    has_table = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+    ).fetchone()[0]
+    if not has_table:
+        return 0
+    return con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+
+
+def migrate(con: duckdb.DuckDBPyConnection, target: int = CURRENT_VERSION) -> list[int]:
+    """Apply every migration after the DB's version up to `target`, each in its own transaction."""
+    con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP)")
+    current = schema_version(con)
+    if current > CURRENT_VERSION:
+        raise SchemaTooNewError(
+            f"database schema is version {current}, this BatchScope knows up to {CURRENT_VERSION}"
+        )
+    applied = []
+    for version in range(current + 1, target + 1):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for statement in MIGRATIONS[version - 1]:
+                con.execute(statement)
+            con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, utc_now()])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        applied.append(version)
+    return applied

@@ -1,0 +1,408 @@
+"""The history DB: every run, point and sample in one DuckDB file that only the app process writes.
+
+One connection per Store; each reading thread gets its own cursor (DuckDB's MVCC lets pages read
+while a sweep is being ingested) and writes are serialised by a lock shared by every Store on the
+same file in this process.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from batchscope import config
+from batchscope.migrations import migrate
+from batchscope.runfolder import parse_utc, utc_now
+
+POINT_TABLES = ("repeats", "requests", "steps", "samples")
+_JSON_FIELDS = ("spec", "status", "env", "model", "calibration")
+_STATUS_COLUMNS = ("state", "error", "stopped_early", "pid", "points_done", "points_total",
+                   "started_at", "heartbeat_at", "finished_at", "status_json")
+_DETAIL_ORDER = {
+    "requests": "point_index, repeat, request_index",
+    "steps": "point_index, repeat, step_index",
+    "samples": "t_s, point_index",
+}
+
+_write_locks: dict[Path, threading.RLock] = {}
+_write_locks_guard = threading.Lock()
+
+
+def _write_lock_for(path: Path) -> threading.RLock:
+    """One lock per DB file, so two Store objects in this process never interleave transactions."""
+    with _write_locks_guard:
+        return _write_locks.setdefault(path, threading.RLock())
+
+
+def _pick(source: Mapping[str, Any] | None, *keys: str) -> Any:
+    """The first present, non-empty value among `keys` of a JSON file that may be absent."""
+    for key in keys:
+        value = (source or {}).get(key)
+        if value not in (None, ""):
+            return value
+    return None
+
+
+def fingerprint(env: Mapping[str, Any] | None) -> str | None:
+    """One line naming what makes runs comparable: device, driver, CUDA, torch, transformers, engine."""
+    if not env:
+        return None
+    parts = [
+        _pick(env, "gpu", "cpu", "device"),
+        _labelled("driver", _pick(env, "driver")),
+        _labelled("CUDA", _pick(env, "cuda")),
+        _labelled("torch", _pick(env, "torch")),
+        _labelled("transformers", _pick(env, "transformers")),
+        _pick(env, "engine"),
+    ]
+    return " · ".join(str(part) for part in parts if part) or None
+
+
+def _labelled(label: str, value: Any) -> str | None:
+    return f"{label} {value}" if value else None
+
+
+def _on_conflict(column: str) -> str:
+    """How a refresh updates one runs column: status follows the folder, first-seen times stay, the rest
+    keeps its stored value when the refresh has none."""
+    if column in _STATUS_COLUMNS or column == "demo":
+        return f"{column} = excluded.{column}"
+    if column in ("created_at", "imported_at"):
+        return f"{column} = coalesce(runs.{column}, excluded.{column})"
+    return f"{column} = coalesce(excluded.{column}, runs.{column})"
+
+
+def _as_list(value: str | Sequence[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+class Store:
+    """Open (creating and migrating as needed) the history DB at `path`, default config.db_path()."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else config.db_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._write_lock = _write_lock_for(self.path.resolve())
+        self._local = threading.local()
+        with self._write_lock:
+            self._con = duckdb.connect(str(self.path))
+            migrate(self._con)
+            self._columns = {
+                table: [row[0] for row in self._con.execute(f"DESCRIBE {table}").fetchall()]
+                for table in ("runs", "points", *POINT_TABLES)
+            }
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """This thread's read cursor; dropped with the thread, closed with the Store."""
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            cursor = self._con.cursor()
+            self._local.cursor = cursor
+        return cursor
+
+    def _frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+        return self._cursor().execute(sql, list(params)).df()
+
+    def runs(
+        self,
+        model: str | Sequence[str] | None = None,
+        dtype: str | Sequence[str] | None = None,
+        gpu: str | Sequence[str] | None = None,
+        engine: str | Sequence[str] | None = None,
+        state: str | Sequence[str] | None = None,
+        since: datetime | date | str | None = None,
+        until: datetime | date | str | None = None,
+        demo: bool | None = None,
+    ) -> pd.DataFrame:
+        """One row per run, newest first; each filter takes a value or a list of accepted values.
+
+        `gpu` matches the device name (GPU name, or "cpu"); `since`/`until` bound created_at (UTC),
+        a plain date in `until` includes that whole day.
+        """
+        where, params = [], []
+        for column, accepted in (("r.model", model), ("r.dtype", dtype), ("r.gpu", gpu),
+                                 ("r.engine", engine), ("r.state", state)):
+            values = _as_list(accepted)
+            if values is not None:
+                where.append(f"list_contains(?::VARCHAR[], {column})")
+                params.append(values)
+        if since is not None:
+            where.append("r.created_at >= ?")
+            params.append(parse_utc(since))
+        if until is not None:
+            end = parse_utc(until)
+            if isinstance(until, date) and not isinstance(until, datetime):
+                end += timedelta(days=1)
+                where.append("r.created_at < ?")
+            else:
+                where.append("r.created_at <= ?")
+            params.append(end)
+        if demo is not None:
+            where.append("r.demo = ?")
+            params.append(demo)
+        sql = f"""
+            WITH r AS (SELECT *, coalesce(gpu_name, device) AS gpu FROM runs),
+                 p AS (SELECT run_id, count(*) AS points,
+                              count(*) FILTER (WHERE status = 'ok') AS points_ok,
+                              max(output_tokens_per_s) FILTER (WHERE status = 'ok') AS best_output_tokens_per_s
+                       FROM points GROUP BY run_id)
+            SELECT r.run_id, r.name, r.created_at, r.state, r.error, r.model, r.dtype, r.engine, r.mode,
+                   r.device, r.gpu, r.gpu_memory_bytes, r.driver, r.cuda, r.torch_version,
+                   r.transformers_version, r.python_version, r.host, r.engine_version, r.fingerprint,
+                   r.points_done, r.points_total,
+                   coalesce(p.points, 0) AS points, coalesce(p.points_ok, 0) AS points_ok,
+                   p.best_output_tokens_per_s, r.started_at, r.finished_at, r.demo, r.folder
+            FROM r LEFT JOIN p USING (run_id)
+            {"WHERE " + " AND ".join(where) if where else ""}
+            ORDER BY r.created_at DESC NULLS LAST, r.run_id DESC
+        """
+        return self._frame(sql, params)
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """Every stored field of one run, with spec/status/env/model/calibration as dicts (or None).
+
+        "model" is model.json's dict; the model's name (the runs column) is under "model_name".
+        """
+        cursor = self._cursor().execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        record = dict(zip([d[0] for d in cursor.description], row))
+        record["model_name"] = record.pop("model")
+        for name in _JSON_FIELDS:
+            text = record.pop(f"{name}_json")
+            record[name] = json.loads(text) if text else None
+        return record
+
+    def points(self, run_ids: Sequence[str]) -> pd.DataFrame:
+        """Every summary column of the runs' points, in the order of `run_ids`, then by batch size."""
+        return self._frame(
+            """SELECT * FROM points WHERE list_contains(?::VARCHAR[], run_id)
+               ORDER BY list_position(?::VARCHAR[], run_id), batch_size, point_index""",
+            [list(run_ids), list(run_ids)],
+        )
+
+    def repeats(self, run_ids: Sequence[str]) -> pd.DataFrame:
+        """One row per measured repeat of the runs' points (the throughput spread)."""
+        return self._frame(
+            """SELECT * FROM repeats WHERE list_contains(?::VARCHAR[], run_id)
+               ORDER BY list_position(?::VARCHAR[], run_id), point_index, repeat""",
+            [list(run_ids), list(run_ids)],
+        )
+
+    def requests(self, run_id: str, point_index: int | None = None) -> pd.DataFrame:
+        return self._detail("requests", run_id, point_index)
+
+    def steps(self, run_id: str, point_index: int | None = None) -> pd.DataFrame:
+        return self._detail("steps", run_id, point_index)
+
+    def samples(self, run_id: str, point_index: int | None = None) -> pd.DataFrame:
+        return self._detail("samples", run_id, point_index)
+
+    def _detail(self, table: str, run_id: str, point_index: int | None) -> pd.DataFrame:
+        if point_index is None:
+            return self._frame(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {_DETAIL_ORDER[table]}",
+                               [run_id])
+        return self._frame(
+            f"SELECT * FROM {table} WHERE run_id = ? AND point_index = ? ORDER BY {_DETAIL_ORDER[table]}",
+            [run_id, point_index],
+        )
+
+    def calibration(self, key: str) -> dict[str, Any] | None:
+        """The calibration.json last stored under `key` (GPU name + driver + dtype)."""
+        row = self._cursor().execute("SELECT data_json FROM calibrations WHERE key = ?", [key]).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def point_indices(self, run_id: str) -> set[int]:
+        """Indices of the run's points already stored (what makes ingest idempotent)."""
+        rows = self._cursor().execute("SELECT point_index FROM points WHERE run_id = ?", [run_id]).fetchall()
+        return {row[0] for row in rows}
+
+    # ---- writes --------------------------------------------------------------------------------
+
+    def upsert_run(
+        self,
+        run_id: str,
+        folder: str | Path,
+        spec: Mapping[str, Any],
+        status: Mapping[str, Any],
+        env: Mapping[str, Any] | None,
+        model: Mapping[str, Any] | None,
+        calibration: Mapping[str, Any] | None,
+        demo: bool = False,
+    ) -> None:
+        """Insert or refresh a run. Status fields always follow `status`; env/model/calibration given as
+        None keep what is stored (the runner writes them after it starts); a user's rename is kept."""
+        values = self._run_values(run_id, folder, spec, status, env, model, calibration, demo)
+        columns = list(values)
+        updates = ", ".join(_on_conflict(column) for column in columns if column not in ("run_id", "name"))
+        sql = (f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) "
+               f"ON CONFLICT (run_id) DO UPDATE SET {updates}")
+        with self._write_lock:
+            self._con.execute(sql, list(values.values()))
+            if calibration and calibration.get("key"):
+                self._store_calibration(run_id, calibration)
+
+    @staticmethod
+    def _run_values(run_id: str, folder: str | Path, spec: Mapping[str, Any], status: Mapping[str, Any],
+                    env: Mapping[str, Any] | None, model: Mapping[str, Any] | None,
+                    calibration: Mapping[str, Any] | None, demo: bool) -> dict[str, Any]:
+        created = parse_utc(spec.get("created_at")) or parse_utc(status.get("started_at"))
+        return {
+            "run_id": run_id,
+            "name": spec.get("name") or run_id,
+            "folder": str(folder),
+            "state": status.get("state"),
+            "error": status.get("error"),
+            "stopped_early": status.get("stopped_early"),
+            "pid": status.get("pid"),
+            "points_done": status.get("points_done"),
+            "points_total": status.get("points_total"),
+            "created_at": created,
+            "started_at": parse_utc(status.get("started_at")),
+            "heartbeat_at": parse_utc(status.get("heartbeat_at")),
+            "finished_at": parse_utc(status.get("finished_at")),
+            "model": spec.get("model"),
+            "dtype": spec.get("dtype"),
+            "engine": spec.get("engine"),
+            "mode": spec.get("mode"),
+            "device": _pick(env, "device") or spec.get("device"),
+            "gpu_name": _pick(env, "gpu"),
+            "gpu_memory_bytes": _pick(env, "gpu_memory_bytes"),
+            "driver": _pick(env, "driver"),
+            "cuda": _pick(env, "cuda"),
+            "torch_version": _pick(env, "torch"),
+            "transformers_version": _pick(env, "transformers"),
+            "python_version": _pick(env, "python"),
+            "host": _pick(env, "host"),
+            "engine_version": _pick(env, "engine"),
+            "fingerprint": fingerprint(env),
+            "spec_json": json.dumps(spec, sort_keys=True, default=str),
+            "status_json": json.dumps(status, sort_keys=True, default=str),
+            "env_json": json.dumps(env, sort_keys=True, default=str) if env is not None else None,
+            "model_json": json.dumps(model, sort_keys=True, default=str) if model is not None else None,
+            "calibration_json": (json.dumps(calibration, sort_keys=True, default=str)
+                                 if calibration is not None else None),
+            "imported_at": utc_now(),
+            "demo": demo,
+        }
+
+    def _store_calibration(self, run_id: str, calibration: Mapping[str, Any]) -> None:
+        self._con.execute(
+            """INSERT INTO calibrations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (key) DO UPDATE SET device = excluded.device, dtype = excluded.dtype,
+                 copy_bytes_per_s = excluded.copy_bytes_per_s, matmul_flops_per_s = excluded.matmul_flops_per_s,
+                 source = excluded.source, run_id = excluded.run_id, data_json = excluded.data_json,
+                 updated_at = excluded.updated_at
+               WHERE calibrations.data_json IS DISTINCT FROM excluded.data_json""",
+            [calibration["key"], calibration.get("device"), calibration.get("dtype"),
+             calibration.get("copy_bytes_per_s"), calibration.get("matmul_flops_per_s"),
+             calibration.get("source"), run_id, json.dumps(calibration, sort_keys=True, default=str),
+             utc_now()],
+        )
+
+    def set_state(self, run_id: str, state: str, error: str | None = None) -> None:
+        """Set a run's state (and error text) in its row and in its stored status."""
+        with self._write_lock:
+            row = self._con.execute("SELECT status_json FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if row is None:
+                raise KeyError(run_id)
+            status = json.loads(row[0]) if row[0] else {}
+            status.update(state=state, error=error)
+            self._con.execute(
+                "UPDATE runs SET state = ?, error = ?, status_json = ? WHERE run_id = ?",
+                [state, error, json.dumps(status, sort_keys=True, default=str), run_id],
+            )
+
+    def rename(self, run_id: str, name: str) -> None:
+        """Give a run a display name; later ingests of the same run keep it."""
+        name = name.strip()
+        if not name:
+            raise ValueError("a run name cannot be empty")
+        with self._write_lock:
+            found = self._con.execute("UPDATE runs SET name = ? WHERE run_id = ? RETURNING run_id",
+                                      [name, run_id]).fetchall()
+        if not found:
+            raise KeyError(run_id)
+
+    def delete(self, run_id: str, delete_folder: bool = False) -> None:
+        """Remove every row of a run; with delete_folder, also its run folder (only if it is one)."""
+        with self._write_lock:
+            row = self._con.execute("SELECT folder FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                for table in ("points", *POINT_TABLES, "runs"):
+                    self._con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+                self._con.execute("COMMIT")
+            except BaseException:
+                self._con.execute("ROLLBACK")
+                raise
+        if delete_folder and row and row[0]:
+            folder = Path(row[0])
+            is_run_folder = folder.name == run_id and (
+                (folder / "spec.json").is_file() or (folder / "status.json").is_file())
+            if is_run_folder:
+                shutil.rmtree(folder)
+
+    def add_point(self, run_id: str, point_index: int, summary: pa.Table,
+                  details: Mapping[str, pa.Table]) -> bool:
+        """Store one complete point (summary row + its detail tables) in a single transaction.
+
+        Returns False, changing nothing, when the point is already stored. Columns the DB does not
+        know are ignored, missing ones stay null; a value that does not convert raises duckdb.Error
+        and nothing of the point is kept.
+        """
+        index_column = pa.array([point_index] * summary.num_rows, pa.int32())
+        position = summary.schema.get_field_index("point_index")
+        summary = (summary.set_column(position, "point_index", index_column) if position >= 0
+                   else summary.append_column("point_index", index_column))
+        with self._write_lock:
+            if self._con.execute("SELECT 1 FROM points WHERE run_id = ? AND point_index = ?",
+                                 [run_id, point_index]).fetchone():
+                return False
+            self._con.execute("BEGIN TRANSACTION")
+            try:
+                for table in POINT_TABLES:
+                    self._con.execute(f"DELETE FROM {table} WHERE run_id = ? AND point_index = ?",
+                                      [run_id, point_index])
+                self._insert("points", run_id, summary)
+                for table, rows in details.items():
+                    self._insert(table, run_id, rows)
+                self._con.execute("COMMIT")
+            except BaseException:
+                self._con.execute("ROLLBACK")
+                raise
+        return True
+
+    def _insert(self, table: str, run_id: str, rows: pa.Table) -> None:
+        if rows.num_rows == 0:
+            return
+        known = [name for name in rows.column_names if name in self._columns[table] and name != "run_id"]
+        source = rows.select(known).append_column("run_id", pa.array([run_id] * rows.num_rows, pa.string()))
+        self._con.register("_batchscope_source", source)
+        try:
+            self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batchscope_source")
+        finally:
+            self._con.unregister("_batchscope_source")

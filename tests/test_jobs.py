@@ -1,0 +1,175 @@
+"""The job manager with real `python -m runners sweep` subprocesses on the CPU tiny preset."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from batchscope.jobs import JobManager, device_key, make_run_id, runner_alive
+from batchscope.runfolder import RunFolder, parse_utc
+from runners.spec import SpecError
+
+QUICK = {"model": "tiny", "dtype": "float32", "device": "cpu", "batch_sizes": [1, 2], "prompt_len": "fixed:16",
+         "output_len": "fixed:4", "repeats": 1, "warmup": 0, "calibrate": False, "telemetry_hz": 5}
+# Long enough (≈ 1 s per point) that a test can act between its first and last point.
+LONG = {**QUICK, "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128], "output_len": "fixed:256", "repeats": 2}
+RUN_TIMEOUT_S = 180
+
+
+def _until(condition: Callable[[], object], timeout: float = RUN_TIMEOUT_S, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _summaries(folder: Path) -> int:
+    return len(RunFolder(folder).complete_points())
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> tuple[Path, Path]:
+    return tmp_path / "history.duckdb", tmp_path / "runs"
+
+
+@pytest.fixture
+def manager(paths: tuple[Path, Path]) -> Iterator[JobManager]:
+    opened = JobManager.instance(*paths)
+    yield opened
+    opened.shutdown()
+
+
+def test_two_sweeps_go_queued_running_done_one_after_the_other(manager: JobManager, paths) -> None:
+    assert JobManager.instance(*paths) is manager
+    first = manager.submit({**QUICK, "name": "first"})
+    second = manager.submit({**QUICK, "name": "second"})
+    assert first.endswith(tuple("0123456789abcdef")) and "-first-" in first
+    _until(lambda: manager.active() == [first], what="first run to launch")
+    assert manager.queue() == [second]
+    waiting = manager.progress(second)
+    assert (waiting["state"], waiting["queue_position"], waiting["points_total"]) == ("queued", 1, 2)
+
+    states = []
+    while not states or states[-1] not in ("done", "failed", "cancelled", "interrupted"):
+        state = manager.progress(second)["state"]
+        if not states or states[-1] != state:
+            states.append(state)
+        time.sleep(0.05)
+    assert states == ["queued", "running", "done"]
+
+    assert manager.wait(first, RUN_TIMEOUT_S) == "done"
+    assert manager.wait(second, RUN_TIMEOUT_S) == "done"
+    first_status, second_status = manager.store.run(first)["status"], manager.store.run(second)["status"]
+    assert parse_utc(second_status["started_at"]) >= parse_utc(first_status["finished_at"])
+    points = manager.store.points([first, second])
+    assert list(zip(points["run_id"], points["batch_size"])) == [(first, 1), (first, 2), (second, 1), (second, 2)]
+    assert set(points["status"]) == {"ok"}
+    assert len(manager.store.requests(second)) == 1 + 2
+    assert manager.store.runs().set_index("run_id").loc[second, "points_ok"] == 2
+    done = manager.progress(second)
+    assert (done["points_done"], done["eta_s"], done["queue_position"]) == (2, None, None)
+    assert done["elapsed_s"] > 0
+    assert manager.queue() == [] and manager.active() == []
+
+
+def test_cancel_drops_a_queued_run_and_stops_a_running_one_keeping_points(manager: JobManager) -> None:
+    running = manager.submit(LONG)
+    queued = manager.submit(QUICK)
+    manager.cancel(queued)
+    assert manager.wait(queued, 5) == "cancelled"
+    assert sorted(p.name for p in (manager.runs_dir / queued).iterdir()) == ["spec.json", "status.json"]
+
+    _until(lambda: manager.progress(running)["points_done"] >= 1, what="a finished point")
+    manager.cancel(running)
+    assert manager.wait(running, RUN_TIMEOUT_S) == "cancelled"
+    stored = manager.store.points([running])
+    assert 1 <= len(stored) < len(LONG["batch_sizes"])
+    assert len(stored) == _summaries(manager.runs_dir / running)
+    assert not manager.store.requests(running, 0).empty
+    assert manager.store.run(queued)["state"] == "cancelled"
+    with pytest.raises(KeyError):
+        manager.cancel("no-such-run")
+
+
+def test_runner_killed_while_the_app_is_away_is_interrupted_on_restart(paths) -> None:
+    before = JobManager.instance(*paths)
+    run_id = before.submit(LONG)
+    pid = _until(lambda: before.progress(run_id)["points_done"] >= 1 and before.progress(run_id)["pid"],
+                 what="a finished point")
+    before.shutdown(cancel_running=False)  # the app goes away; the runner keeps going on its own
+    os.kill(pid, signal.SIGKILL)
+    _until(lambda: not runner_alive(pid), timeout=10, what="the runner to die")
+    assert RunFolder(before.runs_dir / run_id).status()["state"] == "running"
+
+    after = JobManager.instance(*paths)
+    try:
+        run = after.store.run(run_id)
+        assert run["state"] == "interrupted"
+        assert f"runner process {pid} ended without finishing" in run["error"]
+        assert RunFolder(after.runs_dir / run_id).status()["state"] == "interrupted"
+        stored = after.store.points([run_id])
+        assert 1 <= len(stored) == _summaries(after.runs_dir / run_id) < len(LONG["batch_sizes"])
+        assert after.recover() == []
+    finally:
+        after.shutdown()
+
+
+def test_runner_killed_under_a_live_manager_is_interrupted(manager: JobManager) -> None:
+    run_id = manager.submit(LONG)
+    pid = _until(lambda: manager.progress(run_id)["points_done"] >= 1 and manager.progress(run_id)["pid"],
+                 what="a finished point")
+    os.kill(pid, signal.SIGKILL)
+    assert manager.wait(run_id, 30) == "interrupted"
+    run = manager.store.run(run_id)
+    assert run["error"] == f"runner process {pid} killed by signal 9 without finishing"
+    assert len(manager.store.points([run_id])) == _summaries(manager.runs_dir / run_id) >= 1
+
+
+def test_restart_adopts_a_runner_that_is_still_going(paths) -> None:
+    before = JobManager.instance(*paths)
+    run_id = before.submit({**LONG, "batch_sizes": [1, 2, 4, 8]})
+    _until(lambda: before.progress(run_id)["state"] == "running", what="the runner to start")
+    before.shutdown(cancel_running=False)
+
+    after = JobManager.instance(*paths)
+    try:
+        assert after.active() == [run_id]
+        assert after.wait(run_id, RUN_TIMEOUT_S) == "done"
+        assert list(after.store.points([run_id])["batch_size"]) == [1, 2, 4, 8]
+    finally:
+        after.shutdown()
+
+
+@pytest.mark.skipif(Path("/proc/driver/nvidia/gpus").is_dir(), reason="needs a machine without a GPU")
+def test_spec_the_runner_rejects_fails_with_its_message(manager: JobManager) -> None:
+    run_id = manager.submit({**QUICK, "device": "cuda"})
+    assert manager.wait(run_id, RUN_TIMEOUT_S) == "failed"
+    assert manager.store.run(run_id)["error"] == "device: CUDA was asked for but no CUDA device is visible"
+    assert RunFolder(manager.runs_dir / run_id).status()["state"] == "failed"
+
+
+def test_bad_spec_raises_and_writes_nothing(manager: JobManager) -> None:
+    with pytest.raises(SpecError) as caught:
+        manager.submit({**QUICK, "batch_sizes": [0, 2]})
+    assert caught.value.field == "batch_sizes"
+    with pytest.raises(SpecError):
+        manager.submit({**QUICK, "model": ""})
+    assert not manager.runs_dir.exists() or not any(manager.runs_dir.iterdir())
+    assert manager.store.runs().empty and manager.queue() == []
+
+
+def test_device_keys_and_run_ids() -> None:
+    assert device_key("cpu") == "cpu"
+    assert device_key("cuda") == device_key("cuda:0") == "cuda:0"
+    assert device_key("cuda:3") == "cuda:3"
+    moment = parse_utc("2026-11-29T07:15:00Z")
+    run_id = make_run_id("/models/Llama 3.1 8B/", moment)
+    assert run_id.startswith("20261129-071500-llama-3-1-8b-") and len(run_id) == len("20261129-071500-llama-3-1-8b-") + 6
+    assert make_run_id("???", moment).startswith("20261129-071500-run-")
