@@ -78,8 +78,12 @@ _V2_DEMO_FLAG = [
     "UPDATE runs SET demo = false WHERE demo IS NULL",
 ]
 
+_V3_SETTINGS = [
+    "CREATE TABLE settings (key VARCHAR PRIMARY KEY, value VARCHAR, updated_at TIMESTAMP)",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
-MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG]
+MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

@@ -235,6 +235,15 @@ class Store:
         row = self._cursor().execute("SELECT data_json FROM calibrations WHERE key = ?", [key]).fetchone()
         return json.loads(row[0]) if row else None
 
+    def setting(self, key: str) -> str | None:
+        """A value the app remembers across restarts (e.g. that the demo runs were imported once)."""
+        row = self._cursor().execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
+        return row[0] if row else None
+
+    def set_setting(self, key: str, value: str) -> None:
+        with self._write_lock:
+            self._con.execute("INSERT OR REPLACE INTO settings VALUES (?, ?, now())", [key, value])
+
     def point_indices(self, run_id: str) -> set[int]:
         """Indices of the run's points already stored (what makes ingest idempotent)."""
         rows = self._cursor().execute("SELECT point_index FROM points WHERE run_id = ?", [run_id]).fetchall()

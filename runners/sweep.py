@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from runners import cancel, devices, fingerprint, memory, models
-from runners.calibrate import calibrate
+from runners.calibrate import CalibrationError, calibrate
 from runners.engines import make_engine
 from runners.engines.base import Batch, Engine
 from runners.metrics import RepeatResult, summarise
@@ -74,8 +74,10 @@ class Sweep:
         write_json(self.folder.root / "model.json", json.loads(loaded.info.to_json()))
         if self.spec.calibrate:
             self._stage(-1, None, "calibrate")
-            cal = calibrate(self.device, loaded.dtype)
-            write_json(self.folder.root / "calibration.json", cal)
+            try:
+                write_json(self.folder.root / "calibration.json", calibrate(self.device, loaded.dtype))
+            except CalibrationError as err:  # the roofline is then drawn from a stored calibration or not at all
+                self.folder.log(f"calibration skipped: {err}")
         self.folder.log(f"model {loaded.info.name}: {loaded.info.params:,} params on {self.device}, "
                         f"engine {engine.version()}")
 
@@ -117,8 +119,8 @@ class Sweep:
         except cancel.Cancelled:
             self.sampler.drain()
             raise
-        except RuntimeError as err:
-            summary = self._failed(index, batch_size, "error", err)
+        except RuntimeError as err:  # compilers wrap an OOM in their own errors: classify by the text
+            summary = self._failed(index, batch_size, "oom" if "out of memory" in str(err).lower() else "error", err)
         finally:
             if summary.get("status") != "ok":
                 results = []

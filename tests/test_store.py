@@ -47,7 +47,7 @@ def test_new_file_gets_current_schema(tmp_path: Path) -> None:
     path = tmp_path / "fresh.duckdb"
     Store(path).close()
     con = duckdb.connect(str(path))
-    assert schema_version(con) == CURRENT_VERSION == 2
+    assert schema_version(con) == CURRENT_VERSION == 3
     tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert {"runs", "points", "repeats", "requests", "steps", "samples", "calibrations",
             "schema_version"} <= tables
@@ -74,7 +74,7 @@ def test_version_1_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
         assert runs.loc[0, "best_output_tokens_per_s"] == 123.0
     con = duckdb.connect(str(path))
     assert schema_version(con) == CURRENT_VERSION
-    assert [row[0] for row in con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == [1, 2]
+    assert [row[0] for row in con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == list(range(1, CURRENT_VERSION + 1))
 
 
 def test_file_from_a_newer_version_is_refused(tmp_path: Path) -> None:

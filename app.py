@@ -1,0 +1,44 @@
+"""BatchScope's entry point: `streamlit run app.py`. Registers the pages and draws the home page."""
+from __future__ import annotations
+
+import streamlit as st
+
+from batchscope.ui import resources
+from batchscope.ui.run_view import run_title
+
+LATEST_RUNS = 5
+
+
+def home() -> None:
+    """Two lines on what the tool is for, the way into each page, and the latest runs."""
+    st.title("BatchScope")
+    st.markdown("Measure how LLM inference **batch size** trades throughput against latency and memory "
+                "on a real GPU.  \nSweep a model over batch sizes, see where bigger batches stop helping, "
+                "and pick the working point that meets your latency SLO.")
+    left, middle, right = st.columns(3)
+    left.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
+    middle.page_link("pages/history.py", label="Browse and compare runs", icon=":material/history:")
+    right.page_link("pages/run.py", label="Latest run", icon=":material/monitoring:")
+    st.subheader("Latest runs")
+    try:
+        runs = resources.store().runs().head(LATEST_RUNS)
+    except Exception as error:  # the DB is unreadable: say so instead of a traceback
+        resources.show_unexpected(error, "reading the run history")
+        return
+    if runs.empty:
+        st.info("No runs yet. Start a new sweep, or import a run folder on the History page.")
+    for run in runs.to_dict("records"):
+        st.page_link("pages/run.py", label=f"{run_title(run)} · {run['state']}", query_params={"run": run["run_id"]})
+
+
+st.set_page_config(page_title="BatchScope", page_icon=":material/stacked_line_chart:", layout="wide")
+page = st.navigation([
+    st.Page(home, title="Home", icon=":material/home:", default=True),
+    st.Page("pages/new_sweep.py", title="New sweep", icon=":material/play_arrow:"),
+    st.Page("pages/run.py", title="Run", icon=":material/monitoring:"),
+    st.Page("pages/history.py", title="History", icon=":material/history:"),
+])
+try:
+    page.run()
+except Exception as error:  # last line of defence: a message, never a traceback
+    resources.show_unexpected(error, f"showing the {page.title} page")

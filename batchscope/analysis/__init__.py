@@ -1,0 +1,99 @@
+"""Turns one run's point summaries into the answer: roofline per point, knee markers, working point.
+
+`analyse()` is the single entry point the dashboard and `python -m batchscope report` use; the
+modules behind it each hold one rule (knee, slo, noise, roofline, memory, working_point).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from batchscope.analysis.curve import excluded_notes, ok_curve
+from batchscope.analysis.knee import kneedle, plateau
+from batchscope.analysis.marker import Marker, num
+from batchscope.analysis.memory import memory_split, predict_memory, predict_memory_for_spec
+from batchscope.analysis.model_facts import model_facts
+from batchscope.analysis.roofline import ROOFLINE_COLUMNS, context_per_row, predicted_curve, ridge_batch, roofline_table
+from batchscope.analysis.slo import SLO, slo_limit
+from batchscope.analysis.working_point import working_point
+
+__all__ = ["SLO", "Analysis", "Marker", "analyse", "memory_split", "model_facts", "predict_memory",
+           "predict_memory_for_spec", "predicted_curve", "ridge_batch"]
+
+
+@dataclass
+class Analysis:
+    """Everything the Run page and the report show about one run; markers are None when absent."""
+
+    table: pd.DataFrame
+    plateau: Marker | None
+    kneedle: Marker | None
+    slo_limit: Marker | None
+    working_point: Marker | None
+    ridge_batch: float | None
+    notes: list[str] = field(default_factory=list)
+    slo: SLO | None = None
+    plateau_gain: float = 0.10
+
+    def markers(self) -> dict[str, Marker | None]:
+        return {"plateau": self.plateau, "kneedle": self.kneedle, "slo_limit": self.slo_limit,
+                "working_point": self.working_point}
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the table as records (NaN → null), markers as dicts, the settings used."""
+        return {
+            "settings": {"slo": None if self.slo is None else self.slo.to_dict(), "plateau_gain": self.plateau_gain},
+            "markers": {k: None if m is None else m.to_dict() for k, m in self.markers().items()},
+            "ridge_batch": self.ridge_batch,
+            "notes": list(self.notes),
+            "points": json.loads(self.table.to_json(orient="records")),
+        }
+
+
+def analyse(points: pd.DataFrame, model: dict | None, calibration: dict | None, slo: SLO | None = None,
+            plateau_gain: float = 0.10) -> Analysis:
+    """Analyse one run's points (the summary columns, status ok|oom|error) against its model and ceilings."""
+    notes = excluded_notes(points)
+    curve = ok_curve(points)
+    table, ridge = _roofline(points, curve, model, calibration, notes)
+    plateau_call = plateau(curve, plateau_gain)
+    notes += plateau_call.notes
+    knee = kneedle(curve)
+    if knee is None:
+        notes.append("Kneedle finds no knee in throughput vs log2(batch): "
+                     + ("it needs at least three ok points." if len(curve) < 3 else
+                        "no bend stands out from the straight line between the smallest and largest batch."))
+    limit = None
+    if slo is not None:
+        slo_call = slo_limit(curve, slo)
+        limit = slo_call.marker
+        notes += slo_call.notes
+    recommended, wp_notes = working_point(curve, plateau_call, slo)
+    notes += wp_notes
+    return Analysis(table=table.sort_values("batch_size").reset_index(drop=True), plateau=plateau_call.marker,
+                    kneedle=knee, slo_limit=limit, working_point=recommended, ridge_batch=ridge, notes=notes,
+                    slo=slo, plateau_gain=plateau_gain)
+
+
+def _roofline(points: pd.DataFrame, curve: pd.DataFrame, model: dict | None, calibration: dict | None,
+              notes: list[str]) -> tuple[pd.DataFrame, float | None]:
+    """The table with roofline columns (NaN without model facts or ceilings) and the ridge batch."""
+    if model is None or calibration is None:
+        missing = " and ".join(n for n, v in (("model facts", model), ("calibration", calibration)) if v is None)
+        notes.append(f"This run has no {missing}, so no roofline is drawn.")
+        return points.assign(**{c: np.nan for c in ROOFLINE_COLUMNS}), None
+    table = roofline_table(points, model, calibration)
+    if curve.empty:
+        return table, None
+    context = float(context_per_row(curve).median())
+    ridge = ridge_batch(model, calibration, context)
+    if ridge is None:
+        notes.append(f"No ridge batch: at {num(context)} cached tokens per row each added row costs more memory "
+                     f"time (its KV) than compute time, so decode is memory-bound at every batch size.")
+    else:
+        notes.append(f"Ridge batch ≈ {num(ridge)} (at {num(context)} cached tokens per row): below it a decode "
+                     f"step is limited by memory bandwidth, above it by compute.")
+    return table, ridge

@@ -1,0 +1,52 @@
+"""model.json's numbers before any run exists, from a preset or a local config.json, without torch.
+
+Same formulas as `runners.models.describe()`; tests/test_memory_prediction.py checks the two agree
+for every preset and for a local checkpoint directory.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from runners.presets import PRESETS
+
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def model_config(model_name_or_path: str) -> dict[str, Any]:
+    """A preset's config fields, or a local checkpoint's config.json as a dict."""
+    if model_name_or_path in PRESETS:
+        return dict(PRESETS[model_name_or_path])
+    path = Path(model_name_or_path) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"unknown model {model_name_or_path!r}: not a preset ({', '.join(PRESETS)}) "
+                                f"and no config.json in that directory")
+    return json.loads(path.read_text())
+
+
+def model_facts(model_name_or_path: str, dtype: str) -> dict[str, Any]:
+    """The model.json dict: params, weight_bytes, kv_bytes_per_token, shapes, context, dtype."""
+    config = model_config(model_name_or_path)
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or hidden // heads
+    inter = config["intermediate_size"]
+    layers = config["num_hidden_layers"]
+    vocab = config["vocab_size"]
+    architecture = config.get("model_type", "")
+    attn = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+    if config.get("attention_bias", False) or architecture == "qwen2":
+        attn += heads * head_dim + 2 * kv_heads * head_dim
+    per_layer = attn + 3 * hidden * inter + 2 * hidden
+    lm_head = 0 if config.get("tie_word_embeddings", False) else vocab * hidden
+    params = layers * per_layer + vocab * hidden + lm_head + hidden
+    elem = ELEMENT_BYTES.get(dtype, 2)
+    return {
+        "name": model_name_or_path, "source": "preset" if model_name_or_path in PRESETS else "local",
+        "architecture": architecture, "params": params, "weight_bytes": params * elem,
+        "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * elem, "layers": layers, "hidden": hidden,
+        "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "intermediate": inter, "vocab": vocab,
+        "context": config["max_position_embeddings"], "dtype": dtype,
+    }

@@ -1,0 +1,155 @@
+"""`python -m batchscope report RUN_ID`: one run's points, roofline, knee markers and working point.
+
+Prints Markdown for a person or JSON for a script, from the same `analysis.analyse()` the dashboard
+draws, so the two never disagree.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from batchscope import config
+from batchscope.analysis import SLO, Analysis, analyse
+from batchscope.analysis.marker import num, pct
+from batchscope.store import Store
+
+EXIT_USAGE = 2
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m batchscope report",
+                                     description="Knee, SLO working point and roofline for one stored run.")
+    parser.add_argument("run_id")
+    parser.add_argument("--db", type=Path, default=None, help="history DB (default: $BATCHSCOPE_DB or data/)")
+    parser.add_argument("--slo-metric", choices=["e2e", "ttft", "itl"], default=None)
+    parser.add_argument("--slo-pct", type=int, choices=[50, 95, 99], default=None)
+    parser.add_argument("--slo-ms", type=float, default=None, help="latency objective in ms; no SLO without it")
+    parser.add_argument("--plateau-gain", type=float, default=0.10,
+                        help="a doubling that adds less than this share of throughput is on the plateau")
+    parser.add_argument("--format", choices=["md", "json"], default="md")
+    args = parser.parse_args(argv)
+    if args.slo_ms is None and (args.slo_metric or args.slo_pct):
+        parser.error("--slo-metric and --slo-pct need --slo-ms")
+    if args.slo_ms is not None and not args.slo_ms > 0:
+        parser.error("--slo-ms must be a positive number of milliseconds")
+    if not 0 < args.plateau_gain < 10:
+        parser.error("--plateau-gain is a fraction such as 0.10")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    """Run the report for argv (the arguments after `report`); 0 on success, 2 for bad input."""
+    args = parse_args(argv)
+    db = args.db or config.db_path()
+    if not db.is_file():
+        print(f"No history database at {db}; pass --db or ingest a run first.", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with Store(db) as store:
+            run = store.run(args.run_id)
+            if run is None:
+                print(f"Unknown run id {args.run_id!r} in {db}.", file=sys.stderr)
+                return EXIT_USAGE
+            points = store.points([args.run_id])
+            calibration = run.get("calibration") or _cached_calibration(store, run)
+    except duckdb.IOException as err:
+        print(f"Cannot open {db} (is the dashboard holding it?): {err}", file=sys.stderr)
+        return 1
+    slo = None if args.slo_ms is None else SLO(args.slo_metric or "e2e", args.slo_pct or 95, args.slo_ms)
+    analysis = analyse(points, run.get("model"), calibration, slo, args.plateau_gain)
+    print(to_json(run, analysis) if args.format == "json" else to_markdown(run, analysis))
+    return 0
+
+
+def _cached_calibration(store: Store, run: dict) -> dict | None:
+    """The ceilings stored for this run's GPU + driver + dtype by another run, when it has none."""
+    if not run.get("gpu_name"):
+        return None
+    return store.calibration(f"{run['gpu_name']}|{run.get('driver') or '-'}|{run.get('dtype')}")
+
+
+def run_header(run: dict) -> dict:
+    """The run facts a reader needs to judge the numbers: what ran, on what, in which state."""
+    keys = ("run_id", "name", "dtype", "engine", "mode", "state", "gpu_name", "fingerprint")
+    model = run.get("model")  # the store puts model.json here; the spec keeps the name the user chose
+    name = (run.get("spec") or {}).get("model") or (model.get("name") if isinstance(model, dict) else model)
+    return {"model": name, **{k: run.get(k) for k in keys}}
+
+
+def to_json(run: dict, analysis: Analysis) -> str:
+    return json.dumps({"run": run_header(run), "calibration": run.get("calibration"), **analysis.to_dict()},
+                      indent=2, default=str)
+
+
+def to_markdown(run: dict, analysis: Analysis) -> str:
+    """A title, the markers with their sentences, the notes, then one table row per point."""
+    head = run_header(run)
+    lines = [f"# {head['name'] or head['run_id']} ({head['run_id']})", "",
+             f"{head['model']} · {head['dtype']} · {head['engine']} · {head['gpu_name'] or 'unknown device'} · "
+             f"{head['state']}", ""]
+    if head["fingerprint"]:
+        lines += [f"Environment: {head['fingerprint']}", ""]
+    slo = analysis.slo
+    lines += [f"Plateau gain threshold: {pct(analysis.plateau_gain)} per doubling. SLO: "
+              + ("none" if slo is None else f"{slo.name} ≤ {num(slo.ms)} ms") + ".", "", "## Markers", ""]
+    for name, marker in analysis.markers().items():
+        title = name.replace("_", " ")
+        lines.append(f"- **{title}**: " + ("none" if marker is None else f"batch {marker.batch_size}. {marker.sentence}"))
+    ridge = "none (memory-bound at every batch)" if analysis.ridge_batch is None else f"≈ {num(analysis.ridge_batch)}"
+    lines += [f"- **ridge batch**: {ridge}", ""]
+    if analysis.notes:
+        lines += ["## Notes", ""] + [f"- {note}" for note in analysis.notes] + [""]
+    lines += ["## Points", "", *points_table(analysis.table, slo)]
+    return "\n".join(lines)
+
+
+def points_table(table: pd.DataFrame, slo: SLO | None) -> list[str]:
+    """Markdown rows: throughput with its repeat spread, decode step vs roofline, latencies, memory."""
+    latency = [("ttft_ms_p50", "TTFT p50 ms"), ("itl_ms_p50", "ITL p50 ms"), ("e2e_ms_p95", "E2E p95 ms")]
+    if slo is not None and slo.column not in dict(latency):
+        latency.append((slo.column, f"{slo.name} ms"))
+    header = (["batch", "status", "out tok/s (min–max)", "decode step ms", "roofline ms", "% of roofline", "bound"]
+              + [label for _, label in latency] + ["peak alloc GiB"])
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for _, p in table.iterrows():
+        cells = [str(int(p["batch_size"])), _status(p), _spread(p), _cell(p.get("decode_step_ms")),
+                 _cell(p.get("predicted_step_ms")), _cell(p.get("roofline_pct")), _text(p.get("bound"))]
+        cells += [_cell(p.get(column)) for column, _ in latency]
+        cells.append(_cell(p.get("mem_peak_allocated"), scale=1024**3))
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def _status(point: pd.Series) -> str:
+    error = point.get("error")
+    return point["status"] if not isinstance(error, str) or not error else f"{point['status']}: {error}"
+
+
+def _spread(point: pd.Series) -> str:
+    low, high = point.get("output_tokens_per_s_min"), point.get("output_tokens_per_s_max")
+    median = _cell(point.get("output_tokens_per_s"))
+    if _missing(low) or _missing(high):
+        return median
+    return f"{median} ({num(low)}–{num(high)})"
+
+
+def _cell(value: object, scale: float = 1.0) -> str:
+    return "–" if _missing(value) else num(float(value) / scale)
+
+
+def _text(value: object) -> str:
+    return "–" if _missing(value) else str(value)
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,183 @@
+"""The New sweep form's logic: turn widget values into a spec, name every problem by field, and
+estimate memory per batch before anything runs — so the page only lays out widgets and messages."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from batchscope.analysis.memory import predict_memory_for_spec
+from batchscope.analysis.model_facts import model_facts
+from batchscope.analysis.slo import SLO
+from runners import distributions
+from runners.spec import SpecError, parse_batch_sizes, problems, validate
+
+SLO_METRICS = ("ttft", "itl", "e2e")
+SLO_PERCENTILES = (50, 95, 99)
+H200_CAPACITY_BYTES = 141 * 10**9
+GiB = 1024**3
+ESTIMATE_FIELDS = ("model", "dtype", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup", "seed")
+PREVIEW_SAMPLES = 2000
+
+
+@dataclass
+class SweepForm:
+    """Every value the New sweep page collects, as plain Python (the widgets' state)."""
+
+    model: str = "tiny"
+    dtype: str = "bfloat16"
+    engine: str = "hf-generate"
+    mode: str = "static"
+    device: str = "auto"
+    batch_mode: str = "pow2"  # "pow2" or "list"
+    batch_lo: int = 1
+    batch_hi: int = 64
+    batch_list: str = "1,2,4,8"
+    prompt_len: str = "fixed:128"
+    output_len: str = "fixed:32"
+    repeats: int = 3
+    warmup: int = 1
+    seed: int = 0
+    on_oom: str = "stop"
+    name: str = ""
+    slo_enabled: bool = False
+    slo_metric: str = "ttft"
+    slo_percentile: int = 95
+    slo_ms: float = 500.0
+
+    def batch_sizes_text(self) -> str:
+        """The batch range as the spec's string: `pow2:LO:HI` or the explicit list."""
+        if self.batch_mode == "pow2":
+            return f"pow2:{self.batch_lo}:{self.batch_hi}"
+        return self.batch_list
+
+    def spec_dict(self) -> dict[str, Any]:
+        """The dict JobManager.submit and runners.spec.validate take."""
+        return {
+            "model": self.model.strip(), "dtype": self.dtype, "engine": self.engine, "mode": self.mode,
+            "device": self.device, "batch_sizes": self.batch_sizes_text(), "prompt_len": self.prompt_len,
+            "output_len": self.output_len, "repeats": self.repeats, "warmup": self.warmup,
+            "seed": self.seed, "on_oom": self.on_oom, "name": self.name.strip(),
+        }
+
+
+def check(form: SweepForm, model_roots: list[Path] | None = None) -> dict[str, str]:
+    """Every problem keyed by spec field (plus `slo`), in the runner's own words; empty when launchable."""
+    found = problems(form.spec_dict(), model_roots)
+    if form.slo_enabled:
+        if form.slo_metric not in SLO_METRICS:
+            found["slo"] = f"SLO metric must be one of {', '.join(SLO_METRICS)}"
+        elif form.slo_percentile not in SLO_PERCENTILES:
+            found["slo"] = f"SLO percentile must be one of {', '.join(map(str, SLO_PERCENTILES))}"
+        elif not form.slo_ms or form.slo_ms <= 0:
+            found["slo"] = "the SLO latency must be a positive number of milliseconds"
+    return found
+
+
+def batch_sizes(form: SweepForm) -> list[int]:
+    """The batch sizes the form asks for, or [] while the range is invalid (its message comes from check)."""
+    try:
+        return parse_batch_sizes(form.batch_sizes_text())
+    except SpecError:
+        return []
+
+
+def length_preview(text: str, seed: int, n: int = PREVIEW_SAMPLES) -> list[int]:
+    """The lengths the runner would draw for `text` (ValueError with the syntax when malformed)."""
+    return distributions.sample_lengths(text, n, seed)
+
+
+def length_summary(lengths: list[int]) -> str:
+    """One line under a histogram: the numbers a user checks against the model's context."""
+    series = pd.Series(lengths)
+    return (f"median {series.median():,.0f} · P95 {series.quantile(0.95):,.0f} · "
+            f"max {series.max():,} tokens ({len(lengths):,} samples)")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Device memory for the estimate, and where the number came from (shown next to it)."""
+
+    bytes: int
+    source: str
+
+
+def default_capacity(runs: pd.DataFrame, device: str) -> Capacity:
+    """What to assume before the user types a number: this machine's RAM for CPU sweeps; else the GPU
+    memory the newest stored GPU run recorded; else an H200's 141 GB, said plainly to be a default."""
+    if device == "cpu":
+        return Capacity(_total_ram(), "this machine's RAM (from the operating system)")
+    known = runs.dropna(subset=["gpu_memory_bytes"]) if "gpu_memory_bytes" in runs else runs.iloc[0:0]
+    if not known.empty:
+        newest = known.iloc[0]
+        return Capacity(int(newest["gpu_memory_bytes"]),
+                        f"recorded by run {newest['run_id']} on {newest.get('gpu') or 'a GPU'}")
+    return Capacity(H200_CAPACITY_BYTES, "an NVIDIA H200 (141 GB); no GPU run is stored yet, "
+                                         "so enter your GPU's memory")
+
+
+def _total_ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def slo(form: SweepForm) -> SLO | None:
+    """The form's SLO, or None when it is switched off or invalid (check() names the problem)."""
+    if not form.slo_enabled:
+        return None
+    try:
+        return SLO(form.slo_metric, form.slo_percentile, float(form.slo_ms))
+    except ValueError:
+        return None
+
+
+def slo_param(value: SLO) -> str:
+    """The SLO as a URL query value (`ttft:95:500`), so a shared Run link keeps it."""
+    return f"{value.metric}:{value.percentile}:{value.ms:g}"
+
+
+def parse_slo_param(text: str | None) -> SLO | None:
+    """The SLO in a URL, or None when absent or malformed (a bad link then shows no SLO, not an error)."""
+    parts = (text or "").split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        return SLO(parts[0], int(parts[1]), float(parts[2]))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Weights + KV per batch before the sweep runs; `error` says why there is no table yet."""
+
+    table: pd.DataFrame
+    warnings: list[str]
+    error: str | None = None
+
+
+def memory_estimate(form: SweepForm, capacity_bytes: int) -> MemoryEstimate:
+    """Predicted memory per batch with the exact lengths the runner will draw, and a warning for every
+    batch that will not fit or is tight, so a sweep that will OOM is flagged before it is launched."""
+    raw = {k: v for k, v in form.spec_dict().items() if k in ESTIMATE_FIELDS}
+    try:
+        spec = validate(raw)
+        facts = model_facts(spec.model, spec.dtype)
+    except SpecError as error:
+        return MemoryEstimate(pd.DataFrame(), [], f"No estimate until the {error.field} field is fixed.")
+    except (OSError, KeyError, ValueError) as error:
+        return MemoryEstimate(pd.DataFrame(), [], f"No estimate: the model's config cannot be read ({error}).")
+    predicted = predict_memory_for_spec(facts, spec, capacity_bytes)
+    table = pd.DataFrame({
+        "batch": predicted["batch_size"],
+        "longest prompt": predicted["max_prompt_len"],
+        "longest output": predicted["max_output_len"],
+        "weights GiB": predicted["weight_bytes"] / GiB,
+        "KV cache GiB": predicted["kv_bytes"] / GiB,
+        "total GiB": predicted["total_bytes"] / GiB,
+        "fits": predicted["fits"],
+    })
+    warnings = [m for m in predicted["message"] if not m.startswith("Fits")]
+    return MemoryEstimate(table, warnings)

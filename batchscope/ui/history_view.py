@@ -1,0 +1,93 @@
+"""The History page's logic: filter choices, the runs table, overlay labels, rename and import checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from batchscope.analysis import SLO
+from batchscope.ingest import ingest_run
+from batchscope.runfolder import RunFolder
+from batchscope.store import Store
+from batchscope.ui.run_view import RunData, load_run
+
+FILTER_COLUMNS = {"model": "model", "dtype": "dtype", "gpu": "GPU / device", "engine": "engine",
+                  "state": "status"}
+MAX_OVERLAY = 10
+RUNS_TABLE_COLUMNS = {
+    "name": "name", "created_at": "created (UTC)", "state": "status", "model": "model", "dtype": "dtype",
+    "engine": "engine", "gpu": "GPU / device", "points_ok": "points ok", "points": "points",
+    "best_output_tokens_per_s": "best output tok/s", "fingerprint": "fingerprint", "run_id": "run id",
+}
+
+
+def filter_choices(runs: pd.DataFrame) -> dict[str, list[str]]:
+    """The values each filter can take: whatever the stored runs hold, sorted."""
+    return {column: sorted(str(v) for v in runs[column].dropna().unique())
+            for column in FILTER_COLUMNS if column in runs}
+
+
+def runs_display(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run with its fingerprint, status and headline numbers, readable headers."""
+    columns = [c for c in RUNS_TABLE_COLUMNS if c in runs]
+    shown = runs[columns].copy()
+    if "demo" in runs:
+        shown["name"] = [f"{n} (demo)" if d else n for n, d in zip(shown["name"], runs["demo"].fillna(False))]
+    return shown.rename(columns=RUNS_TABLE_COLUMNS).reset_index(drop=True)
+
+
+def overlay_labels(runs: pd.DataFrame, run_ids: list[str]) -> dict[str, str]:
+    """A legend label per run (`name · dtype · GPU`), made unique so two runs never share a colour."""
+    by_id = runs.set_index("run_id")
+    labels: dict[str, str] = {}
+    for run_id in run_ids:
+        row = by_id.loc[run_id] if run_id in by_id.index else None
+        parts = [] if row is None else [str(row[c]) for c in ("name", "dtype", "gpu")
+                                        if c in row and pd.notna(row[c]) and str(row[c])]
+        label = " · ".join(parts) or run_id
+        if label in labels.values():
+            label = f"{label} [{run_id}]"
+        labels[run_id] = label
+    return labels
+
+
+def overlay_problem(run_ids: list[str]) -> str | None:
+    """Why an overlay selection cannot be drawn, or None."""
+    if len(run_ids) > MAX_OVERLAY:
+        return f"overlay at most {MAX_OVERLAY} runs at once so the charts stay readable ({len(run_ids)} chosen)"
+    return None
+
+
+def rename_problem(name: str) -> str | None:
+    return "a run name cannot be empty" if not name.strip() else None
+
+
+@dataclass
+class ImportResult:
+    """What importing a folder did, in words for the page: an error, or the points added and warnings."""
+
+    error: str | None = None
+    run_id: str | None = None
+    points_added: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def import_folder(store: Store, path_text: str) -> ImportResult:
+    """Ingest a run folder made elsewhere; a path that is not a run folder is refused with a reason."""
+    text = path_text.strip()
+    if not text:
+        return ImportResult(error="enter the path of a run folder (it holds spec.json and status.json)")
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        return ImportResult(error=f"{text!r} is not a folder on this machine")
+    if not RunFolder(path).looks_like_run():
+        return ImportResult(error=f"{text!r} holds no spec.json or status.json: not a run folder")
+    report = ingest_run(store, path)
+    return ImportResult(run_id=report.run_id, points_added=report.points_added, warnings=list(report.warnings))
+
+
+def overlay_runs(store: Store, labels: dict[str, str], slo: SLO | None) -> dict[str, RunData]:
+    """Each chosen run with points, analysed, keyed by its legend label (runs without points are left out)."""
+    loaded = {label: load_run(store, run_id, slo) for run_id, label in labels.items()}
+    return {label: data for label, data in loaded.items() if data is not None and data.analysis is not None}

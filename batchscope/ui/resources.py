@@ -1,0 +1,29 @@
+"""The app's long-lived objects (one JobManager and its Store per server process) and its error guard."""
+from __future__ import annotations
+
+import logging
+
+import streamlit as st
+
+from batchscope.jobs import JobManager
+from batchscope.store import Store
+
+log = logging.getLogger("batchscope.app")
+
+
+@st.cache_resource(show_spinner=False)
+def jobs() -> JobManager:
+    """The process-wide job queue (created, and left-over runs recovered, on first use)."""
+    return JobManager.instance()
+
+
+def store() -> Store:
+    """The job manager's Store: one DuckDB connection for every session, the DB's only writer."""
+    return jobs().store
+
+
+def show_unexpected(error: Exception, doing: str) -> None:
+    """A failure nobody planned for: logged with its traceback for the operator, one line for the user."""
+    log.exception("unexpected error while %s", doing)
+    st.error(f"Something went wrong while {doing}: {type(error).__name__}: {error}. "
+             "The details are in the server log.")

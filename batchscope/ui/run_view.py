@@ -1,0 +1,159 @@
+"""The Run page's logic: progress and ETA wording, the points table, downloads and the fingerprint."""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from batchscope.analysis import SLO, Analysis, analyse, memory_split
+from batchscope.store import Store
+
+LIVE_STATES = frozenset({"queued", "running"})
+STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device's ceilings",
+               "setup": "setting up the batch shape",
+               "warmup": "warming up", "measure": "measuring"}
+# The points table: summary columns a reader compares first, with the units in the header.
+TABLE_COLUMNS = {
+    "batch_size": "batch", "status": "status", "output_tokens_per_s": "output tok/s",
+    "output_tokens_per_s_min": "tok/s min", "output_tokens_per_s_max": "tok/s max",
+    "predicted_tokens_per_s": "roofline tok/s", "roofline_pct": "% of roofline", "bound": "bound",
+    "ttft_ms_p50": "TTFT P50 ms", "ttft_ms_p95": "TTFT P95 ms", "ttft_ms_p99": "TTFT P99 ms",
+    "itl_ms_p50": "ITL P50 ms", "itl_ms_p95": "ITL P95 ms", "itl_ms_p99": "ITL P99 ms",
+    "e2e_ms_p50": "E2E P50 ms", "e2e_ms_p95": "E2E P95 ms", "e2e_ms_p99": "E2E P99 ms",
+    "decode_step_ms": "decode step ms", "predicted_step_ms": "roofline step ms", "prefill_ms": "prefill ms",
+    "requests_per_s": "requests/s", "input_tokens_per_s": "input tok/s",
+    "prefill_padding_waste": "prefill padding", "decode_padding_waste": "decode padding",
+    "gpu_util_pct": "GPU util %", "mem_ctrl_util_pct": "mem-ctrl util %", "sm_util_pct": "SM util %",
+    "tensor_active_pct": "tensor active %", "cpu_pct": "CPU %", "mem_peak_allocated": "peak alloc bytes",
+    "mem_kv_allocated": "KV alloc bytes", "rss_bytes_max": "peak RSS bytes",
+    "energy_per_output_token_j": "J / output token", "setup_ms": "setup ms", "error": "error",
+}
+
+
+def format_duration(seconds: float | None) -> str:
+    """`2 h 03 min`, `4 min 05 s`, `12 s`; an em dash when unknown."""
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)) or seconds < 0:
+        return "—"
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+@dataclass(frozen=True)
+class ProgressView:
+    """What the progress strip says while a sweep is queued or running."""
+
+    state: str
+    fraction: float
+    headline: str
+    current: str
+    elapsed: str
+    eta: str
+    live: bool
+
+
+def progress_view(progress: dict[str, Any], repeats: int | None = None) -> ProgressView:
+    """Words and a 0..1 fraction from JobManager.progress (status.json plus elapsed, ETA, queue place)."""
+    state = str(progress.get("state") or "unknown")
+    done = int(progress.get("points_done") or 0)
+    total = int(progress.get("points_total") or 0)
+    fraction = min(1.0, done / total) if total else 0.0
+    headline = f"{done} of {total} points done" if total else f"{done} points done"
+    if state == "queued":
+        place = progress.get("queue_position")
+        headline = f"queued — position {place} in the queue" if place else "queued — waiting for the GPU"
+    return ProgressView(state=state, fraction=fraction, headline=headline,
+                        current=_current_words(progress.get("current"), repeats),
+                        elapsed=format_duration(progress.get("elapsed_s")),
+                        eta=format_duration(progress.get("eta_s")), live=state in LIVE_STATES)
+
+
+def _current_words(current: dict[str, Any] | None, repeats: int | None) -> str:
+    if not current:
+        return ""
+    words = [] if current.get("point_index") is None else [f"point {int(current['point_index']) + 1}"]
+    if current.get("batch_size") is not None:
+        words.append(f"batch {current['batch_size']}")
+    stage = current.get("stage")
+    if stage:
+        stage_text = STAGE_WORDS.get(stage, str(stage))
+        if stage == "measure" and current.get("repeat") is not None:
+            repeat = int(current["repeat"]) + 1
+            stage_text += f" (repeat {repeat}{f' of {repeats}' if repeats else ''})"
+        words.append(stage_text)
+    return " · ".join(words)
+
+
+def points_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The table of every point with readable headers; columns a run never recorded are left out."""
+    columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any()]
+    shown = table.sort_values("batch_size")[columns].copy()
+    for column in shown.select_dtypes("float").columns:
+        shown[column] = shown[column].round(0 if column.endswith("tokens_per_s") else 3)
+    return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
+
+
+def csv_bytes(table: pd.DataFrame) -> bytes:
+    return table.to_csv(index=False).encode("utf-8")
+
+
+def parquet_bytes(table: pd.DataFrame) -> bytes:
+    buffer = io.BytesIO()
+    table.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def env_rows(env: dict[str, Any] | None) -> pd.DataFrame:
+    """The environment fingerprint as two text columns, so st.dataframe shows it without type guessing."""
+    if not env:
+        return pd.DataFrame(columns=["field", "value"])
+    return pd.DataFrame({"field": list(env), "value": ["—" if v is None else str(v) for v in env.values()]})
+
+
+def marker_sentences(analysis: Any) -> list[str]:
+    """The one-sentence explanations of each marker, then the analysis notes (why a marker is absent)."""
+    sentences = [marker.sentence for marker in (analysis.plateau, analysis.kneedle, analysis.slo_limit,
+                                                analysis.working_point) if marker is not None]
+    return sentences + list(analysis.notes)
+
+
+def run_title(run: dict[str, Any]) -> str:
+    """`name — model · dtype · engine` for the page header (a stored run's `model` is its facts dict)."""
+    model = run.get("model")
+    spec = run.get("spec") or {}
+    model_name = model.get("name") if isinstance(model, dict) else model
+    parts = [str(v) for v in (model_name or spec.get("model"), run.get("dtype"), run.get("engine")) if v]
+    name = run.get("name") or run.get("run_id")
+    return f"{name} — {' · '.join(parts)}" if parts else str(name)
+
+
+@dataclass
+class RunData:
+    """One stored run ready to draw: its record, the analysed points table, markers and memory split."""
+
+    run: dict[str, Any]
+    analysis: Analysis | None
+    split: pd.DataFrame
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return self.analysis.table if self.analysis is not None else pd.DataFrame()
+
+
+def load_run(store: Store, run_id: str, slo: SLO | None) -> RunData | None:
+    """Read and analyse a run; None for an unknown id. A run with no points yet has no analysis."""
+    run = store.run(run_id)
+    if run is None:
+        return None
+    points = store.points([run_id])
+    if points.empty:
+        return RunData(run, None, pd.DataFrame(columns=["batch_size", "part", "bytes"]))
+    return RunData(run, analyse(points, run.get("model"), run.get("calibration"), slo), memory_split(points))

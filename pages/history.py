@@ -1,0 +1,121 @@
+"""History: every run with its fingerprint; filter, overlay several on the same charts, rename, delete, import."""
+from __future__ import annotations
+
+from datetime import date
+
+import pandas as pd
+import streamlit as st
+
+from batchscope import charts
+from batchscope.ui import form as sweep_form
+from batchscope.ui import history_view, resources
+
+st.title("History")
+store = resources.store()
+all_runs = store.runs()
+
+
+def show_import() -> None:
+    """Import a run folder made elsewhere (another machine, an older checkout)."""
+    with st.expander("Import a run folder", expanded=all_runs.empty):
+        path = st.text_input("Run folder path", key="import_path",
+                             placeholder="/data/runs/20250101-120000-llama-3.1-8b (holds spec.json, status.json)")
+        if st.button("Import", key="import_button", icon=":material/upload:"):
+            result = history_view.import_folder(store, path)
+            if result.error:
+                st.error(result.error)
+            else:
+                st.success(f"Imported {result.run_id}: {result.points_added} new point(s).")
+                for warning in result.warnings:
+                    st.warning(warning)
+
+
+if all_runs.empty:
+    st.info("No runs stored yet: start a sweep on the New sweep page or import a run folder below.")
+    show_import()
+    st.stop()
+
+choices = history_view.filter_choices(all_runs)
+filter_cols = st.columns(len(history_view.FILTER_COLUMNS) + 1)
+chosen: dict[str, list[str]] = {}
+for column, (field, label) in zip(filter_cols, history_view.FILTER_COLUMNS.items()):
+    chosen[field] = column.multiselect(label, choices.get(field, []), key=f"filter_{field}", placeholder="any")
+first_day = all_runs["created_at"].dropna().min()
+default_range = (first_day.date(), date.today()) if pd.notna(first_day) else ()
+days = filter_cols[-1].date_input("Created between", value=default_range, key="filter_dates")
+since, until = (days[0], days[1]) if isinstance(days, tuple) and len(days) == 2 else (None, None)
+runs = store.runs(**{field: values or None for field, values in chosen.items()}, since=since, until=until)
+st.caption(f"{len(runs)} of {len(all_runs)} runs match.")
+st.dataframe(history_view.runs_display(runs), hide_index=True, width="stretch",
+             column_config={"best output tok/s": st.column_config.NumberColumn(format="%.0f")})
+
+st.subheader("Compare runs")
+labels_all = history_view.overlay_labels(runs, runs["run_id"].tolist())
+picked = st.multiselect("Runs to overlay (one colour each; click the legend to single one out)",
+                        list(labels_all), format_func=labels_all.get, key="overlay_runs",
+                        max_selections=history_view.MAX_OVERLAY)
+metric_col, pct_col = st.columns(2)
+metric = metric_col.selectbox("Latency metric", sweep_form.SLO_METRICS, index=1, format_func=str.upper,
+                              key="overlay_metric")
+percentile = pct_col.selectbox("Latency percentile", sweep_form.SLO_PERCENTILES, index=1,
+                               format_func=lambda p: f"P{p}", key="overlay_percentile")
+if picked:
+    problem = history_view.overlay_problem(picked)
+    overlay = {} if problem else history_view.overlay_runs(store, {rid: labels_all[rid] for rid in picked}, None)
+    if problem:
+        st.warning(problem)
+    elif not overlay:
+        st.info("None of the chosen runs has finished points yet.")
+    else:
+        skipped = len(picked) - len(overlay)
+        if skipped:
+            st.caption(f"{skipped} chosen run(s) have no finished points and are not drawn.")
+        st.altair_chart(charts.overlay_charts(
+            {label: data.table for label, data in overlay.items()},
+            {label: data.analysis for label, data in overlay.items()},
+            {label: data.split for label, data in overlay.items()},
+            percentile=int(percentile), latency_metric=metric), width="content")
+        st.caption("Runs are compared only with their fingerprints in view: check GPU, driver and versions above.")
+        for label, data in overlay.items():
+            st.page_link("pages/run.py", label=f"Open {label}", query_params={"run": data.run["run_id"]},
+                         icon=":material/open_in_new:")
+else:
+    st.caption("Pick two or more runs to overlay them on the four charts.")
+
+st.subheader("Manage a run")
+labels_every = history_view.overlay_labels(all_runs, all_runs["run_id"].tolist())
+target = st.selectbox("Run", list(labels_every), format_func=lambda rid: f"{labels_every[rid]} — {rid}",
+                      key="manage_run")
+rename_col, delete_col = st.columns(2)
+with rename_col:
+    new_name = st.text_input("New name", key="rename_text")
+    if st.button("Rename", key="rename_button", icon=":material/edit:"):
+        problem = history_view.rename_problem(new_name)
+        if problem:
+            st.error(problem)
+        else:
+            store.rename(target, new_name)
+            st.toast(f"Renamed to {new_name.strip()!r}.")
+            st.rerun()
+with delete_col:
+    also_folder = st.checkbox("Also delete its run folder on disk", key="delete_folder")
+    if st.session_state.get("confirm_delete") != target:
+        if st.button("Delete…", key="delete_button", icon=":material/delete:"):
+            st.session_state["confirm_delete"] = target
+            st.rerun()
+    else:
+        st.warning(f"Delete {labels_every[target]} ({target}) from the history"
+                   f"{' and its folder' if also_folder else ''}? This cannot be undone.")
+        yes_col, no_col = st.columns(2)
+        if yes_col.button("Yes, delete", type="primary", key="delete_confirm"):
+            if target in resources.jobs().active() + resources.jobs().queue():
+                st.error("This run is still queued or running: cancel it on its Run page first.")
+            else:
+                store.delete(target, delete_folder=also_folder)
+                st.session_state.pop("confirm_delete", None)
+                st.toast(f"Deleted {target}.")
+                st.rerun()
+        if no_col.button("Keep it", key="delete_cancel"):
+            st.session_state.pop("confirm_delete", None)
+            st.rerun()
+show_import()

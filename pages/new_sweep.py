@@ -1,0 +1,125 @@
+"""New sweep: choose model, dtype, batch range, lengths and SLO; see memory per batch; launch."""
+from __future__ import annotations
+
+import streamlit as st
+
+from batchscope import charts
+from batchscope.ui import form as sweep_form
+from batchscope.ui import resources
+from runners.distributions import SYNTAX
+from runners.presets import PRESETS
+from runners.spec import DTYPES, ENGINES, MODES, SpecError
+
+st.title("New sweep")
+st.caption("Every number is measured on the device you pick; nothing is launched until the form is valid.")
+
+slots: dict[str, st.delta_generator.DeltaGenerator] = {}
+model_col, batch_col = st.columns(2)
+with model_col:
+    st.subheader("Model")
+    source = st.radio("Model source", ["Preset (random weights)", "Local checkpoint"], horizontal=True,
+                      key="model_source")
+    if source.startswith("Preset"):
+        model = st.selectbox("Preset", list(PRESETS), key="preset",
+                             help="Shapes of popular open models with random weights: nothing is downloaded.")
+    else:
+        model = st.text_input("Checkpoint directory", key="model_path",
+                              placeholder="/models/Llama-3.1-8B (a folder holding config.json)")
+    slots["model"] = st.empty()
+    dtype = st.selectbox("dtype", DTYPES, key="dtype")
+    slots["dtype"] = st.empty()
+    engine = st.selectbox("Engine", ENGINES, key="engine",
+                          help="hf-generate is plain model.generate(); fast is BatchScope's CUDA-graph engine.")
+    slots["engine"] = st.empty()
+    mode = st.selectbox("Batching mode", MODES, key="mode")
+    device = st.selectbox("Device", ["auto", "cuda", "cpu"], key="device",
+                          help="auto uses the GPU when one is visible to the runner, else the CPU.")
+    slots["device"] = st.empty()
+with batch_col:
+    st.subheader("Batch sizes")
+    batch_mode = st.radio("Batch range", ["Powers of two", "Explicit list"], horizontal=True, key="batch_mode")
+    if batch_mode == "Powers of two":
+        lo_col, hi_col = st.columns(2)
+        batch_lo = lo_col.number_input("From", min_value=1, value=1, step=1, key="batch_lo")
+        batch_hi = hi_col.number_input("To", min_value=1, value=64, step=1, key="batch_hi")
+        batch_list = ""
+    else:
+        batch_lo, batch_hi = 1, 1
+        batch_list = st.text_input("Batch sizes", value="1,2,4,8", key="batch_list",
+                                   help="Comma-separated whole numbers, e.g. 1,3,8,24")
+    slots["batch_sizes"] = st.empty()
+    repeats_col, warmup_col, seed_col = st.columns(3)
+    repeats = repeats_col.number_input("Repeats", min_value=1, max_value=50, value=3, key="repeats")
+    warmup = warmup_col.number_input("Warm-up", min_value=0, max_value=20, value=1, key="warmup")
+    seed = seed_col.number_input("Seed", min_value=0, value=0, key="seed")
+    on_oom = st.radio("After an out-of-memory point", ["stop", "continue"], horizontal=True, key="on_oom",
+                      help="stop: larger batches are not tried; continue: every batch is tried.")
+
+st.subheader("Request lengths")
+st.caption(f"Syntax: {SYNTAX}")
+length_cols = st.columns(2)
+lengths: dict[str, str] = {}
+for column, (field, label, default) in zip(length_cols, (("prompt_len", "Prompt length", "fixed:128"),
+                                                         ("output_len", "Output length", "fixed:32"))):
+    with column:
+        lengths[field] = st.text_input(label, value=default, key=field)
+        slots[field] = st.empty()
+        try:
+            sampled = sweep_form.length_preview(lengths[field], int(seed))
+        except ValueError:
+            continue  # the message is shown in the field's slot below
+        st.altair_chart(charts.length_histogram(sampled, label), width="stretch")
+        st.caption(sweep_form.length_summary(sampled))
+
+st.subheader("Latency SLO")
+slo_enabled = st.checkbox("Mark the largest batch that meets a latency SLO", value=True, key="slo_enabled")
+metric_col, pct_col, ms_col = st.columns(3)
+slo_metric = metric_col.selectbox("Metric", sweep_form.SLO_METRICS, key="slo_metric",
+                                  format_func=str.upper, disabled=not slo_enabled)
+slo_percentile = pct_col.selectbox("Percentile", sweep_form.SLO_PERCENTILES, index=1, key="slo_percentile",
+                                   format_func=lambda p: f"P{p}", disabled=not slo_enabled)
+slo_ms = ms_col.number_input("Limit (ms)", min_value=0.0, value=500.0, step=10.0, key="slo_ms",
+                             disabled=not slo_enabled)
+slots["slo"] = st.empty()
+
+name = st.text_input("Run name (optional)", key="name", placeholder="e.g. llama-8b bf16 H200 baseline")
+
+values = sweep_form.SweepForm(
+    model=model or "", dtype=dtype, engine=engine, mode=mode, device=device,
+    batch_mode="pow2" if batch_mode == "Powers of two" else "list", batch_lo=int(batch_lo),
+    batch_hi=int(batch_hi), batch_list=batch_list, prompt_len=lengths["prompt_len"],
+    output_len=lengths["output_len"], repeats=int(repeats), warmup=int(warmup), seed=int(seed),
+    on_oom=on_oom, name=name, slo_enabled=slo_enabled, slo_metric=slo_metric,
+    slo_percentile=int(slo_percentile), slo_ms=float(slo_ms))
+problems = sweep_form.check(values)
+for field, message in problems.items():
+    (slots.get(field) or st).error(message, icon=":material/error:")
+
+st.subheader("Predicted memory per batch")
+capacity = sweep_form.default_capacity(resources.store().runs(), device)
+capacity_gib = st.number_input("Device memory (GiB)", min_value=0.1, value=round(capacity.bytes / sweep_form.GiB, 1),
+                               step=1.0, key=f"capacity_gib_{device}")
+st.caption(f"Default {capacity.bytes / sweep_form.GiB:,.1f} GiB: {capacity.source}.")
+estimate = sweep_form.memory_estimate(values, int(capacity_gib * sweep_form.GiB))
+if estimate.error:
+    st.info(estimate.error)
+else:
+    st.dataframe(estimate.table, hide_index=True, width="stretch")
+    for warning in estimate.warnings:
+        st.warning(warning, icon=":material/memory:")
+
+launch = st.button("Launch sweep", type="primary", disabled=bool(problems), key="launch",
+                   help="Fix the messages above first." if problems else "Runs in the background; "
+                   "you can close this tab.")
+if problems:
+    st.caption(f"{len(problems)} problem(s) to fix before launching.")
+if launch and not problems:
+    try:
+        run_id = resources.jobs().submit(values.spec_dict())
+    except SpecError as error:
+        st.error(f"{error.field}: {error.message}")
+    else:
+        params = {"run": run_id}
+        if sweep_form.slo(values) is not None:
+            params["slo"] = sweep_form.slo_param(sweep_form.slo(values))
+        st.switch_page("pages/run.py", query_params=params)

@@ -1,0 +1,174 @@
+"""Run: one sweep's live progress, then its four linked charts, markers, points table and fingerprint.
+
+The URL carries the run (`?run=<id>`) and the SLO (`&slo=ttft:95:500`), so a link can be shared.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from batchscope import charts
+from batchscope.analysis import SLO
+from batchscope.ui import form as sweep_form
+from batchscope.ui import resources
+from batchscope.ui import run_view
+from batchscope.ui.history_view import overlay_labels
+
+REFRESH_SECONDS = 2.0
+
+st.title("Run")
+store = resources.store()
+runs = store.runs()
+if runs.empty:
+    st.info("No runs yet: start one on the New sweep page, or import a run folder on the History page.")
+    st.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
+    st.stop()
+
+run_ids = runs["run_id"].tolist()
+url_run = st.query_params.get("run")
+if url_run and url_run not in run_ids:
+    st.error(f"There is no run with id {url_run!r} in this history. Showing the newest run instead.")
+    url_run = None
+if st.session_state.get("run_select") not in run_ids or (url_run and st.session_state.get("run_select") != url_run):
+    st.session_state["run_select"] = url_run or run_ids[0]
+labels = overlay_labels(runs, run_ids)
+
+
+def _follow_selection() -> None:
+    st.query_params["run"] = st.session_state["run_select"]
+
+
+st.selectbox("Run", run_ids, key="run_select", format_func=lambda rid: f"{labels[rid]} — {rid}",
+             on_change=_follow_selection)
+run_id = st.session_state["run_select"]
+st.query_params["run"] = run_id
+
+url_text = st.query_params.get("slo")
+if st.session_state.get("run_slo_applied") != url_text or "run_slo_on" not in st.session_state:  # a link or New sweep set the SLO: adopt it
+    url_slo = sweep_form.parse_slo_param(url_text)
+    st.session_state.update(run_slo_on=url_slo is not None, run_slo_applied=url_text)
+    if url_slo is not None:
+        st.session_state.update(run_slo_metric=url_slo.metric, run_slo_percentile=url_slo.percentile,
+                                run_slo_ms=float(url_slo.ms))
+for key, default in (("run_slo_metric", "ttft"), ("run_slo_percentile", 95), ("run_slo_ms", 500.0)):
+    st.session_state.setdefault(key, default)
+on_col, metric_col, pct_col, ms_col = st.columns([1.2, 1, 1, 1])
+slo_on = on_col.toggle("Latency SLO", key="run_slo_on")
+metric = metric_col.selectbox("SLO metric", sweep_form.SLO_METRICS, key="run_slo_metric", format_func=str.upper,
+                              disabled=not slo_on)
+percentile = pct_col.selectbox("Latency percentile", sweep_form.SLO_PERCENTILES, key="run_slo_percentile",
+                               format_func=lambda p: f"P{p}")
+limit_ms = ms_col.number_input("SLO limit (ms)", min_value=0.0, step=10.0, key="run_slo_ms",
+                               disabled=not slo_on)
+slo: SLO | None = None
+if slo_on:
+    try:
+        slo = SLO(metric, int(percentile), float(limit_ms))
+    except ValueError as error:
+        ms_col.error(str(error))
+slo_text = sweep_form.slo_param(slo) if slo is not None else None
+st.session_state["run_slo_applied"] = slo_text
+if slo_text is not None:
+    st.query_params["slo"] = slo_text
+elif "slo" in st.query_params:
+    del st.query_params["slo"]
+
+
+def show_progress(progress: dict, repeats: int | None) -> None:
+    """The live strip: bar, current point, elapsed, ETA and the cancel button."""
+    view = run_view.progress_view(progress, repeats)
+    st.progress(view.fraction, text=view.headline)
+    if view.current:
+        st.caption(f"Now: {view.current}")
+    elapsed_col, eta_col, cancel_col = st.columns(3)
+    elapsed_col.metric("Elapsed", view.elapsed)
+    eta_col.metric("ETA", view.eta)
+    if cancel_col.button("Cancel sweep", icon=":material/stop_circle:", key=f"cancel_{run_id}"):
+        try:
+            resources.jobs().cancel(run_id)
+        except KeyError:
+            st.warning("This run is no longer known to the job queue.")
+        else:
+            st.toast("Cancel requested: the sweep stops at the next step and keeps finished points.")
+
+
+def show_outcome(progress: dict) -> None:
+    """How a finished run ended, in one message."""
+    state = progress.get("state")
+    if state == "failed":
+        st.error(f"The sweep failed: {progress.get('error') or 'no error text recorded'}")
+    elif state == "interrupted":
+        st.warning("The runner stopped without finishing (the app or machine restarted); finished points are kept.")
+    elif state == "cancelled":
+        st.info("The sweep was cancelled; finished points are kept.")
+    if progress.get("stopped_early"):
+        st.info(progress["stopped_early"])
+
+
+def show_results(data: run_view.RunData) -> None:
+    """Charts, marker sentences, the points table, downloads and the fingerprint."""
+    if data.analysis is None:
+        st.info("No finished points yet: the charts appear as soon as the first point is measured.")
+        return
+    st.altair_chart(charts.linked_charts(data.table, data.analysis, slo, percentile=int(percentile),
+                                         memory_split=data.split), width="content")
+    st.caption("Hover a batch in any chart to highlight it in all four. Dashed vertical rules mark the knee "
+               "markers and the working point; red rules mark out-of-memory batches.")
+    st.subheader("What the markers say")
+    for sentence in run_view.marker_sentences(data.analysis):
+        st.markdown(f"- {sentence}")
+    st.subheader("Every point")
+    st.dataframe(run_view.points_display(data.table), hide_index=True, width="stretch")
+    csv_col, parquet_col = st.columns(2)
+    csv_col.download_button("Download CSV", run_view.csv_bytes(data.table), file_name=f"{run_id}.csv",
+                            mime="text/csv", icon=":material/download:")
+    parquet_col.download_button("Download Parquet", run_view.parquet_bytes(data.table),
+                                file_name=f"{run_id}.parquet", mime="application/vnd.apache.parquet",
+                                icon=":material/download:")
+
+
+def show_fingerprint(data: run_view.RunData) -> None:
+    with st.expander("Environment fingerprint", expanded=False):
+        if not data.run.get("env"):
+            st.info("The runner has not recorded its environment yet.")
+        else:
+            st.dataframe(run_view.env_rows(data.run["env"]), hide_index=True, width="stretch")
+        if data.run.get("calibration"):
+            st.caption("Measured ceilings (calibration)")
+            st.json(data.run["calibration"], expanded=False)
+
+
+def run_body(live_at_start: bool) -> None:
+    try:
+        progress = resources.jobs().progress(run_id)
+    except KeyError:
+        st.error(f"Run {run_id} has disappeared from the history.")
+        return
+    data = run_view.load_run(store, run_id, slo)
+    if data is None:
+        st.error(f"Run {run_id} has disappeared from the history.")
+        return
+    st.subheader(run_view.run_title(data.run))
+    st.caption(f"{run_id} · {progress.get('state')} · {data.run.get('fingerprint') or 'environment not recorded yet'}")
+    live = progress.get("state") in run_view.LIVE_STATES
+    if live:
+        show_progress(progress, (data.run.get("spec") or {}).get("repeats"))
+    else:
+        show_outcome(progress)
+    show_results(data)
+    show_fingerprint(data)
+    if live_at_start and not live:
+        st.rerun(scope="app")  # finished: redraw once without the refresh timer
+
+
+def guarded_body(live_at_start: bool) -> None:
+    try:
+        run_body(live_at_start)
+    except Exception as error:  # a fragment rerun bypasses app.py's guard, so it has its own
+        resources.show_unexpected(error, "showing this run")
+
+
+try:
+    is_live = resources.jobs().progress(run_id).get("state") in run_view.LIVE_STATES
+except KeyError:
+    is_live = False
+st.fragment(guarded_body, run_every=REFRESH_SECONDS if is_live else None)(is_live)

@@ -1,0 +1,195 @@
+"""The real thing: `streamlit run app.py` driven by headless Chromium through a tiny CPU sweep.
+
+Fills New sweep, launches, waits on the Run page for the sweep to finish, checks the four linked
+charts (data, markers, shared hover), then overlays two runs on History. Screenshots go to
+test-artifacts/ (git-ignored) so a reviewer can look at what the test saw.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.runner_helpers import REPO
+
+playwright = pytest.importorskip("playwright.sync_api")
+
+pytestmark = pytest.mark.browser
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = REPO / "test-artifacts"
+PANEL_TITLES = ("output tokens/s", "latency (ms, log)", "utilisation (%)", "memory (GiB)")
+SWEEP_TIMEOUT_MS = 180_000
+CHART = '[data-testid="stVegaLiteChart"]'
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    """`streamlit run app.py` on a free localhost port with its own history DB and runs folder."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed")
+    port = free_port()
+    env = {**os.environ, "BATCHSCOPE_DB": str(tmp_path / "history.duckdb"),
+           "BATCHSCOPE_RUNS": str(tmp_path / "runs")}
+    log = (tmp_path / "streamlit.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.address", "localhost", "--server.headless", "true", "--server.fileWatcherType", "none",
+         "--browser.gatherUsageStats", "false"],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                pytest.fail(f"streamlit did not start: {(tmp_path / 'streamlit.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+    yield url
+    process.terminate()
+    process.wait(timeout=20)
+    log.close()
+
+
+@pytest.fixture
+def page(server: str) -> Iterator:
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        tab = browser.new_page(viewport={"width": 1500, "height": 2400})
+        errors: list[str] = []
+        tab.on("pageerror", lambda error: errors.append(str(error)))
+        tab.goto(server)
+        tab.get_by_role("heading", name="BatchScope").wait_for(timeout=60_000)
+        yield tab
+        browser.close()
+        assert not errors, errors
+
+
+def settle(tab) -> None:
+    """Wait for Streamlit's rerun after an input to finish."""
+    tab.wait_for_timeout(400)
+    tab.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=60_000)
+
+
+def choose(tab, label: str, option: str) -> None:
+    tab.locator('[data-testid="stSelectbox"]').filter(has_text=label).first.click()
+    tab.get_by_role("option", name=option, exact=True).click()
+    settle(tab)
+
+
+def type_into(tab, label: str, text: str) -> None:
+    field = tab.locator(f'input[aria-label="{label}"]')
+    field.fill(text)
+    field.press("Enter")
+    settle(tab)
+
+
+def launch_tiny_sweep(tab, name: str, batches: str) -> str:
+    """Fill New sweep for the tiny CPU model and launch; returns the run id the Run page shows."""
+    tab.get_by_role("link", name="New sweep").first.click()
+    tab.get_by_role("heading", name="New sweep").wait_for()
+    settle(tab)
+    choose(tab, "Preset", "tiny")
+    choose(tab, "dtype", "float32")
+    choose(tab, "Device", "cpu")
+    tab.get_by_text("Explicit list", exact=True).click()
+    settle(tab)
+    type_into(tab, "Batch sizes", batches)
+    type_into(tab, "Prompt length", "fixed:16")
+    type_into(tab, "Output length", "fixed:4")
+    type_into(tab, "Repeats", "2")
+    type_into(tab, "Run name (optional)", name)
+    assert tab.locator('[data-testid="stAlertContentError"]').count() == 0
+    tab.get_by_role("button", name="Launch sweep").click()
+    tab.wait_for_url("**/run?run=*", timeout=30_000)
+    return tab.url.split("run=")[1].split("&")[0]
+
+
+def wait_until_finished(tab) -> None:
+    tab.get_by_text("What the markers say").wait_for(timeout=SWEEP_TIMEOUT_MS)
+    tab.locator('[data-testid="stProgress"]').wait_for(state="detached", timeout=SWEEP_TIMEOUT_MS)
+    tab.locator(CHART).first.locator("svg").wait_for(timeout=30_000)
+    settle(tab)
+
+
+def chart_texts(tab) -> list[str]:
+    return tab.evaluate(f"() => Array.from(document.querySelectorAll('{CHART} svg text')).map(t => t.textContent)")
+
+
+def marks_per_panel(tab, role: str) -> dict[str, int]:
+    """How many drawn marks each panel's layers of one kind hold, keyed by Vega's group class."""
+    return tab.evaluate(f"""() => Object.fromEntries(
+        Array.from(document.querySelectorAll('{CHART} g.{role}.role-mark'))
+             .map(g => [g.getAttribute('class').split(' ').pop(), g.children.length]))""")
+
+
+def shoot(tab, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    tab.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+
+def test_tiny_cpu_sweep_from_form_to_linked_charts_and_overlay(page) -> None:
+    tab = page
+    first = launch_tiny_sweep(tab, "browser tiny A", "1,2,4")
+    tab.get_by_text("points done").or_(tab.get_by_text("What the markers say")).first.wait_for(timeout=60_000)
+    wait_until_finished(tab)
+    shoot(tab, "run-page.png")
+    texts = chart_texts(tab)
+    assert all(title in texts for title in PANEL_TITLES), texts
+    assert any("working point" in t for t in texts), texts
+    lines = marks_per_panel(tab, "mark-line")
+    for panel in ("throughput", "latency", "utilisation"):  # memory is a stacked area, checked below
+        assert any(group.startswith(f"lines_{panel}") and n >= 1 for group, n in lines.items()), lines
+    areas = marks_per_panel(tab, "mark-area")
+    assert any(group.startswith("concat_3_") and n >= 1 for group, n in areas.items()), areas
+    tab.wait_for_timeout(3000)
+    assert tab.get_by_role("button", name="Download CSV").count() == 1  # no stale copy of the live view
+
+    box = tab.locator(CHART).first.locator("svg").bounding_box()
+    hover_before = marks_per_panel(tab, "mark-rule")
+    tab.mouse.move(box["x"] + 85 + 380, box["y"] + 45 + 95)
+    tab.mouse.move(box["x"] + 85 + 385, box["y"] + 45 + 100)
+    tab.wait_for_timeout(600)
+    hover_after = marks_per_panel(tab, "mark-rule")
+    grown = {group.split("_")[1] for group, n in hover_after.items() if n > hover_before.get(group, 0)}
+    assert grown == {"0", "1", "2", "3"}, (hover_before, hover_after)  # one hover lights up all four
+    shoot(tab, "run-page-hover.png")
+
+    second = launch_tiny_sweep(tab, "browser tiny B", "1,2")
+    wait_until_finished(tab)
+    assert second != first
+
+    tab.get_by_role("link", name="History").first.click()
+    tab.get_by_role("heading", name="History").wait_for()
+    settle(tab)
+    picker = tab.locator('[data-testid="stMultiSelect"]').filter(has_text="Runs to overlay")
+    for name in ("browser tiny A", "browser tiny B"):
+        picker.click()
+        tab.get_by_role("option", name=name).first.click()
+        settle(tab)
+    tab.keyboard.press("Escape")
+    chart = tab.locator(CHART).first
+    chart.locator("svg").wait_for(timeout=30_000)
+    settle(tab)
+    texts = chart_texts(tab)
+    assert sum("browser tiny A" in t for t in texts) >= 1 and sum("browser tiny B" in t for t in texts) >= 1, texts
+    assert all(title in texts for title in PANEL_TITLES)
+    shoot(tab, "history-overlay.png")

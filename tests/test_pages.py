@@ -1,0 +1,227 @@
+"""Every page through Streamlit's AppTest: empty history, stored runs, a running sweep, and bad input."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from batchscope.ingest import ingest_run
+from batchscope.jobs import JobManager
+from batchscope.store import Store
+from tests.runner_helpers import REPO, TINY, run_runner
+
+PAGES = ("pages/new_sweep.py", "pages/run.py", "pages/history.py")
+TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real finished run folder: tiny model on the CPU, three batch sizes."""
+    out = tmp_path_factory.mktemp("made-elsewhere") / "tiny-cpu"
+    done = run_runner(out, *TINY, "--batch-sizes", "1,2,4", "--prompt-len", "fixed:8", "--output-len", "fixed:3",
+                      "--repeats", "2", "--warmup", "0")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    """A fresh history DB and runs folder, and no cached Store or JobManager from an earlier test."""
+    db, runs = tmp_path / "history.duckdb", tmp_path / "runs"
+    monkeypatch.setenv("BATCHSCOPE_DB", str(db))
+    monkeypatch.setenv("BATCHSCOPE_RUNS", str(runs))
+    st.cache_resource.clear()
+    yield db, runs
+    manager = JobManager._instances.pop((db.resolve(), runs.resolve()), None)
+    if manager is not None:
+        manager.shutdown()
+        manager.store.close()
+    st.cache_resource.clear()
+
+
+def app() -> AppTest:
+    return AppTest.from_file(str(REPO / "app.py"), default_timeout=TIMEOUT_S).run()
+
+
+def open_page(page: str, **query: str) -> AppTest:
+    at = app()
+    at.switch_page(page)
+    for key, value in query.items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def texts(at: AppTest, kind: str) -> list[str]:
+    return [element.value for element in getattr(at, kind)]
+
+
+def no_traceback(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def manager(home: tuple[Path, Path]) -> JobManager:
+    return JobManager.instance(*home)
+
+
+def stored_runs(home: tuple[Path, Path]) -> list[str]:
+    return manager(home).store.runs()["run_id"].tolist()
+
+
+def test_every_page_renders_with_an_empty_history(home) -> None:
+    at = app()
+    no_traceback(at)
+    assert "No runs yet" in " ".join(texts(at, "info"))
+    for page in PAGES:
+        at = open_page(page)
+        no_traceback(at)
+        assert not at.error, texts(at, "error")
+    assert "No runs yet" in " ".join(texts(open_page("pages/run.py"), "info"))
+    assert "No runs stored yet" in " ".join(texts(open_page("pages/history.py"), "info"))
+
+
+def test_pages_with_stored_runs_show_charts_markers_table_and_overlay(home, tiny_run: Path) -> None:
+    store = manager(home).store
+    assert ingest_run(store, tiny_run).points_added == 3
+    assert ingest_run(store, tiny_run, demo=False).points_added == 0
+    at = app()
+    no_traceback(at)
+    assert any("tiny-cpu" in link.proto.label for link in at.get("page_link"))
+    run_page = open_page("pages/run.py", run="tiny-cpu", slo="ttft:95:100000")
+    no_traceback(run_page)
+    assert len(run_page.get("vega_lite_chart")) == 1
+    sentences = " ".join(texts(run_page, "markdown"))
+    assert "Every measured batch meets the" in sentences and "is recommended" in sentences
+    assert len(run_page.get("download_button")) == 2
+    assert len(run_page.dataframe) >= 1
+    history = open_page("pages/history.py")
+    no_traceback(history)
+    history.multiselect(key="overlay_runs").set_value(["tiny-cpu"]).run()
+    no_traceback(history)
+    assert len(history.get("vega_lite_chart")) == 1
+
+
+def test_run_page_says_so_for_an_unknown_run_id(home, tiny_run: Path) -> None:
+    ingest_run(manager(home).store, tiny_run)
+    at = open_page("pages/run.py", run="no-such-run")
+    no_traceback(at)
+    assert "no run with id 'no-such-run'" in " ".join(texts(at, "error"))
+    assert len(at.get("vega_lite_chart")) == 1  # it falls back to the newest run
+
+
+def test_history_renames_deletes_after_confirmation_and_imports(home, tiny_run: Path) -> None:
+    at = open_page("pages/history.py")
+    at.text_input(key="import_path").set_value(str(home[0].parent / "nowhere"))
+    at.button(key="import_button").click().run()
+    assert "not a folder" in " ".join(texts(at, "error"))
+    at.text_input(key="import_path").set_value(str(tiny_run))
+    at.button(key="import_button").click().run()
+    no_traceback(at)
+    assert "Imported tiny-cpu: 3 new point(s)." in texts(at, "success")
+    at.run()
+    at.text_input(key="rename_text").set_value("   ")
+    at.button(key="rename_button").click().run()
+    assert "a run name cannot be empty" in texts(at, "error")
+    at.text_input(key="rename_text").set_value("CPU baseline")
+    at.button(key="rename_button").click().run()
+    assert manager(home).store.run("tiny-cpu")["name"] == "CPU baseline"
+    at.button(key="delete_button").click().run()
+    assert stored_runs(home) == ["tiny-cpu"]  # asking is not deleting
+    assert any("This cannot be undone" in w for w in texts(at, "warning"))
+    at.button(key="delete_confirm").click().run()
+    no_traceback(at)
+    assert stored_runs(home) == []
+    assert tiny_run.is_dir()  # the folder stays unless asked
+
+
+def test_history_filters_narrow_the_table(home, tiny_run: Path, tmp_path: Path) -> None:
+    other = tmp_path / "tiny-bf16"
+    shutil.copytree(tiny_run, other)
+    spec = json.loads((other / "spec.json").read_text())
+    (other / "spec.json").write_text(json.dumps({**spec, "dtype": "bfloat16"}))
+    for folder in (tiny_run, other):
+        ingest_run(manager(home).store, folder)
+    at = open_page("pages/history.py")
+    assert "2 of 2 runs match." in texts(at, "caption")
+    at.multiselect(key="filter_dtype").set_value(["bfloat16"]).run()
+    no_traceback(at)
+    assert "1 of 2 runs match." in texts(at, "caption")
+    assert at.dataframe[0].value["run id"].tolist() == ["tiny-bf16"]
+
+
+BAD_INPUTS = [
+    ("model path that does not exist", {"model_source": "Local checkpoint"}, {"model_path": "/no/such/model"},
+     "unknown model"),
+    ("empty batch list", {"batch_mode": "Explicit list"}, {"batch_list": ""}, "no batch sizes"),
+    ("non-positive batch", {"batch_mode": "Explicit list"}, {"batch_list": "0,4"}, "≥ 1"),
+    ("absurd batch", {"batch_mode": "Explicit list"}, {"batch_list": "1,999999"}, "over the ceiling"),
+    ("malformed prompt distribution", {}, {"prompt_len": "lognormal:abc:0.5"}, "not a number"),
+    ("malformed output distribution", {}, {"output_len": "poisson:3"}, "unknown distribution"),
+    ("lengths over the context", {}, {"prompt_len": "fixed:3000"}, "over the model's context"),
+]
+
+
+@pytest.mark.parametrize(("case", "radios", "text_inputs", "message"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_each_invalid_input_shows_its_message_and_launches_nothing(home, case, radios, text_inputs,
+                                                                    message) -> None:
+    at = open_page("pages/new_sweep.py")
+    for key, value in radios.items():
+        at.radio(key=key).set_value(value).run()
+    for key, value in text_inputs.items():
+        at.text_input(key=key).set_value(value)
+    at.run()
+    no_traceback(at)
+    assert any(message in error for error in texts(at, "error")), texts(at, "error")
+    assert at.button(key="launch").disabled  # AppTest, like a browser, refuses to click it
+    assert stored_runs(home) == []
+
+
+def test_slo_of_zero_ms_is_refused(home) -> None:
+    at = open_page("pages/new_sweep.py")
+    at.number_input(key="slo_ms").set_value(0.0).run()
+    assert any("positive number of milliseconds" in e for e in texts(at, "error"))
+    assert at.button(key="launch").disabled
+
+
+def test_memory_estimate_warns_before_launching_a_sweep_that_will_not_fit(home) -> None:
+    at = open_page("pages/new_sweep.py")
+    at.selectbox(key="preset").set_value("llama-3.1-8b")
+    at.selectbox(key="dtype").set_value("bfloat16")
+    at.number_input(key="batch_hi").set_value(1024)
+    at.text_input(key="prompt_len").set_value("fixed:4096").run()
+    no_traceback(at)
+    assert any(w.startswith("Will not fit: batch 1024") for w in texts(at, "warning"))
+    assert any("H200" in c for c in texts(at, "caption"))
+
+
+def test_launching_a_tiny_cpu_sweep_opens_its_run_page_while_it_runs(home) -> None:
+    at = open_page("pages/new_sweep.py")
+    at.selectbox(key="dtype").set_value("float32")
+    at.selectbox(key="device").set_value("cpu")
+    at.radio(key="batch_mode").set_value("Explicit list").run()
+    at.text_input(key="batch_list").set_value("1,2,4,8,16,32,64,128")
+    at.text_input(key="prompt_len").set_value("fixed:64")
+    at.text_input(key="output_len").set_value("fixed:48").run()
+    assert not at.button(key="launch").disabled, texts(at, "error")
+    started = time.monotonic()
+    at.button(key="launch").click().run()
+    assert time.monotonic() - started < 20  # launching does not wait for the sweep
+    no_traceback(at)
+    [run_id] = stored_runs(home)
+    assert at.query_params["run"] == run_id and at.query_params["slo"] == "ttft:95:500"
+    assert run_id in " ".join(texts(at, "caption"))
+    running = open_page("pages/run.py", run=run_id)
+    no_traceback(running)
+    assert len(running.get("progress")) == 1
+    assert any(m.label in ("Elapsed", "ETA") for m in running.metric)
+    running.button(key=f"cancel_{run_id}").click().run()
+    no_traceback(running)
+    assert manager(home).wait(run_id, timeout=120) in ("cancelled", "done")
+    finished = open_page("pages/run.py", run=run_id)
+    no_traceback(finished)
+    assert not finished.get("progress")

@@ -1,0 +1,158 @@
+"""Page logic without a browser: New sweep validation and estimates, Run wording, History helpers."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from batchscope.analysis import SLO
+from batchscope.store import Store
+from batchscope.ui import form, history_view, run_view
+from tests.runner_helpers import TINY, run_runner
+
+GiB = 1024**3
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run folder from the runner: tiny model, CPU, batches 1 and 2."""
+    out = tmp_path_factory.mktemp("runs") / "tiny-run"
+    done = run_runner(out, *TINY, "--batch-sizes", "1,2", "--prompt-len", "fixed:8", "--output-len", "fixed:3",
+                      "--repeats", "1", "--warmup", "0")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def tiny_form(**changes) -> form.SweepForm:
+    values = dict(model="tiny", dtype="float32", device="cpu", batch_mode="list", batch_list="1,2,4",
+                  prompt_len="fixed:16", output_len="fixed:4", repeats=2)
+    return form.SweepForm(**{**values, **changes})
+
+
+def test_a_valid_form_has_no_problems_and_makes_the_runner_spec() -> None:
+    values = tiny_form()
+    assert form.check(values) == {}
+    assert values.spec_dict()["batch_sizes"] == "1,2,4"
+    assert form.batch_sizes(tiny_form(batch_mode="pow2", batch_lo=2, batch_hi=16)) == [2, 4, 8, 16]
+
+
+@pytest.mark.parametrize(("changes", "field", "words"), [
+    ({"model": ""}, "model", "choose a preset"),
+    ({"model": "/no/such/checkpoint"}, "model", "unknown model"),
+    ({"batch_list": ""}, "batch_sizes", "no batch sizes"),
+    ({"batch_list": "0,2"}, "batch_sizes", "≥ 1"),
+    ({"batch_list": "1,two"}, "batch_sizes", "not a whole number"),
+    ({"batch_list": "1,100000"}, "batch_sizes", "over the ceiling"),
+    ({"batch_mode": "pow2", "batch_lo": 64, "batch_hi": 8}, "batch_sizes", "LO ≤ HI"),
+    ({"prompt_len": "lognormal:512"}, "prompt_len", "takes 2 number"),
+    ({"output_len": "gamma:3:4"}, "output_len", "unknown distribution"),
+    ({"prompt_len": "fixed:4000"}, "prompt_len", "over the model's context"),
+    ({"slo_enabled": True, "slo_ms": 0.0}, "slo", "positive"),
+])
+def test_each_bad_input_is_named_by_its_field(changes: dict, field: str, words: str) -> None:
+    found = form.check(tiny_form(**changes))
+    assert field in found and words in found[field]
+
+
+def test_slo_round_trips_through_the_url_and_bad_links_give_none() -> None:
+    slo = form.slo(tiny_form(slo_enabled=True, slo_metric="itl", slo_percentile=99, slo_ms=25.0))
+    assert slo == SLO("itl", 99, 25.0)
+    assert form.parse_slo_param(form.slo_param(slo)) == slo
+    assert form.slo(tiny_form(slo_enabled=False)) is None
+    for bad in (None, "", "itl:99", "tps:95:5", "itl:90:5", "itl:95:-1", "itl:95:x"):
+        assert form.parse_slo_param(bad) is None
+
+
+def test_length_preview_matches_the_seed_and_says_its_numbers() -> None:
+    first = form.length_preview("lognormal:100:0.5", seed=3, n=500)
+    assert first == form.length_preview("lognormal:100:0.5", seed=3, n=500)
+    assert first != form.length_preview("lognormal:100:0.5", seed=4, n=500)
+    assert form.length_summary([10, 20, 30, 40]) == "median 25 · P95 38 · max 40 tokens (4 samples)"
+    with pytest.raises(ValueError, match="use fixed"):
+        form.length_preview("zipf:2", seed=0)
+
+
+def test_capacity_default_says_where_it_came_from() -> None:
+    no_runs = pd.DataFrame(columns=["run_id", "gpu", "gpu_memory_bytes"])
+    assert "RAM" in form.default_capacity(no_runs, "cpu").source
+    assert form.default_capacity(no_runs, "auto") == form.Capacity(141 * 10**9, form.default_capacity(
+        no_runs, "auto").source)
+    assert "H200" in form.default_capacity(no_runs, "cuda").source
+    recorded = pd.DataFrame({"run_id": ["new", "old"], "gpu": ["NVIDIA H100", "NVIDIA A10"],
+                             "gpu_memory_bytes": [85 * 10**9, 24 * 10**9]})
+    capacity = form.default_capacity(recorded, "cuda")
+    assert capacity.bytes == 85 * 10**9 and "run new on NVIDIA H100" in capacity.source
+
+
+def test_memory_estimate_warns_for_batches_that_will_not_fit() -> None:
+    big = tiny_form(model="llama-3.1-8b", dtype="bfloat16", batch_list="1,64,512", prompt_len="fixed:2048",
+                    output_len="fixed:512")
+    estimate = form.memory_estimate(big, 30 * GiB)  # 15 GiB weights + 20 GiB KV at batch 64
+    assert estimate.error is None
+    assert estimate.table["fits"].tolist() == [True, False, False]
+    assert [w.split(":")[0] for w in estimate.warnings] == ["Will not fit", "Will not fit"]
+    assert estimate.table["weights GiB"].iloc[0] == pytest.approx(14.96, abs=0.05)
+    assert form.memory_estimate(tiny_form(), 40 * GiB).warnings == []
+    assert "batch_sizes" in form.memory_estimate(tiny_form(batch_list="0"), 40 * GiB).error
+
+
+def test_durations_and_progress_read_like_sentences() -> None:
+    assert [run_view.format_duration(s) for s in (None, 4.4, 65, 7380)] == ["—", "4 s", "1 min 05 s", "2 h 03 min"]
+    running = run_view.progress_view({"state": "running", "points_done": 2, "points_total": 8, "elapsed_s": 30,
+                                      "eta_s": 90, "current": {"point_index": 2, "batch_size": 4,
+                                                               "stage": "measure", "repeat": 1}}, repeats=3)
+    assert running.live and running.fraction == 0.25 and running.headline == "2 of 8 points done"
+    assert running.current == "point 3 · batch 4 · measuring (repeat 2 of 3)"
+    assert (running.elapsed, running.eta) == ("30 s", "1 min 30 s")
+    loading = run_view.progress_view({"state": "running", "points_done": 0, "points_total": 3,
+                                      "current": {"point_index": None, "batch_size": None, "stage": "load"}})
+    assert loading.current == "loading the model"
+    queued = run_view.progress_view({"state": "queued", "points_total": 3, "queue_position": 2})
+    assert queued.headline == "queued — position 2 in the queue" and queued.live
+    assert not run_view.progress_view({"state": "done", "points_done": 3, "points_total": 3}).live
+
+
+def test_points_table_downloads_and_fingerprint() -> None:
+    table = pd.DataFrame({"batch_size": [2, 1], "status": ["ok", "ok"], "output_tokens_per_s": [10.4, 5.6],
+                          "ttft_ms_p95": [1.23456, 2.0], "sm_util_pct": [None, None]})
+    shown = run_view.points_display(table)
+    assert list(shown.columns) == ["batch", "status", "output tok/s", "TTFT P95 ms"]
+    assert shown["batch"].tolist() == [1, 2] and shown["output tok/s"].tolist() == [6.0, 10.0]
+    assert shown["TTFT P95 ms"].tolist() == [2.0, 1.235]
+    assert pd.read_csv(io.BytesIO(run_view.csv_bytes(table))).equals(table.astype({"sm_util_pct": float}))
+    assert pd.read_parquet(io.BytesIO(run_view.parquet_bytes(table)))["batch_size"].tolist() == [2, 1]
+    env = run_view.env_rows({"gpu": "NVIDIA H200", "driver": None})
+    assert env.values.tolist() == [["gpu", "NVIDIA H200"], ["driver", "—"]]
+    stored = {"run_id": "r", "name": "baseline", "model": {"name": "tiny", "params": 1}, "dtype": "float32",
+              "engine": "fast"}
+    assert run_view.run_title(stored) == "baseline — tiny · float32 · fast"
+
+
+def test_history_helpers_filter_label_and_refuse_bad_input() -> None:
+    runs = pd.DataFrame({"run_id": ["a", "b", "c"], "name": ["x", "x", "y"], "model": ["tiny", "tiny", "m"],
+                         "dtype": ["float32", "float32", None], "gpu": ["cpu", "cpu", "H200"],
+                         "engine": ["fast"] * 3, "state": ["done", "failed", "done"], "demo": [False, True, False]})
+    assert history_view.filter_choices(runs)["dtype"] == ["float32"]
+    labels = history_view.overlay_labels(runs, ["a", "b", "c"])
+    assert labels == {"a": "x · float32 · cpu", "b": "x · float32 · cpu [b]", "c": "y · H200"}
+    assert history_view.runs_display(runs)["name"].tolist() == ["x", "x (demo)", "y"]
+    assert history_view.overlay_problem(list("abcdefghijk")).startswith("overlay at most 10")
+    assert history_view.overlay_problem(["a", "b"]) is None
+    assert history_view.rename_problem("  ") and history_view.rename_problem("ok") is None
+
+
+def test_import_refuses_what_is_not_a_run_folder_and_imports_a_real_one(tmp_path: Path, tiny_run: Path) -> None:
+    store = Store(tmp_path / "db.duckdb")
+    assert "enter the path" in history_view.import_folder(store, " ").error
+    assert "not a folder" in history_view.import_folder(store, str(tmp_path / "missing")).error
+    assert "not a run folder" in history_view.import_folder(store, str(tmp_path)).error
+    result = history_view.import_folder(store, str(tiny_run))
+    assert result.error is None and result.run_id == "tiny-run" and result.points_added == 2
+    data = run_view.load_run(store, "tiny-run", SLO("ttft", 95, 1000.0))
+    assert data.analysis.slo_limit is not None and len(data.table) == 2
+    overlay = history_view.overlay_runs(store, {"tiny-run": "tiny"}, None)
+    assert list(overlay) == ["tiny"]
+    assert run_view.load_run(store, "nope", None) is None
+    store.close()
