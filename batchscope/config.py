@@ -24,8 +24,8 @@ def runs_dir() -> Path:
 
 
 def demo_dir() -> Path:
-    """The shipped demo run folders (real GPU sweeps), imported with demo=True."""
-    return REPO_ROOT / "data" / "demo"
+    """The shipped demo run folders (real GPU sweeps), imported with demo=True: $BATCHSCOPE_DEMO, else data/demo."""
+    return _path_from_env("BATCHSCOPE_DEMO", REPO_ROOT / "data" / "demo")
 
 
 def runner_python() -> str:

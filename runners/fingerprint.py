@@ -9,18 +9,8 @@ from typing import Any
 import torch
 import transformers
 
-from runners.telemetry import nvml_handle, pynvml
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from runners.calibrate import device_name, driver_version
+from runners.telemetry import pynvml
 
 
 def total_ram() -> int:
@@ -32,7 +22,7 @@ def collect(device: torch.device, engine_version: str) -> dict[str, Any]:
     env: dict[str, Any] = {
         "device": str(device), "host": socket.gethostname(), "python": sys.version.split()[0],
         "torch": torch.__version__, "transformers": transformers.__version__,
-        "cuda": torch.version.cuda, "platform": platform.platform(), "cpu": _cpu_model(),
+        "cuda": torch.version.cuda, "platform": platform.platform(), "cpu": device_name(torch.device("cpu")),
         "cpu_count": torch.get_num_threads(), "ram_bytes": total_ram(), "engine": engine_version,
         "gpu": None, "gpu_memory_bytes": None, "driver": None, "gpu_count": torch.cuda.device_count(),
         "compute_capability": None, "nvml": pynvml is not None,
@@ -41,7 +31,6 @@ def collect(device: torch.device, engine_version: str) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         env.update(gpu=props.name, gpu_memory_bytes=props.total_memory,
                    compute_capability=f"{props.major}.{props.minor}")
-        if nvml_handle(device) is not None:
-            env["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        env["driver"] = driver_version()
     return env
 

@@ -36,6 +36,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path
     db, runs = tmp_path / "history.duckdb", tmp_path / "runs"
     monkeypatch.setenv("BATCHSCOPE_DB", str(db))
     monkeypatch.setenv("BATCHSCOPE_RUNS", str(runs))
+    monkeypatch.setenv("BATCHSCOPE_DEMO", str(tmp_path / "no-demo-runs"))
     st.cache_resource.clear()
     yield db, runs
     manager = JobManager._instances.pop((db.resolve(), runs.resolve()), None)

@@ -5,6 +5,7 @@ import logging
 
 import streamlit as st
 
+from batchscope.demo import import_demo_runs
 from batchscope.jobs import JobManager
 from batchscope.store import Store
 
@@ -13,8 +14,11 @@ log = logging.getLogger("batchscope.app")
 
 @st.cache_resource(show_spinner=False)
 def jobs() -> JobManager:
-    """The process-wide job queue (created, and left-over runs recovered, on first use)."""
-    return JobManager.instance()
+    """The process-wide job queue (created, left-over runs recovered and, on a fresh history, the
+    shipped demo runs imported, on first use)."""
+    manager = JobManager.instance()
+    import_demo_runs(manager.store)
+    return manager
 
 
 def store() -> Store:
