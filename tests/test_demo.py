@@ -1,0 +1,81 @@
+"""The shipped H200 demo runs: imported once into a fresh history, never duplicated, removable."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from batchscope.demo import demo_folders, import_demo_runs
+from batchscope.jobs import JobManager
+from batchscope.store import Store
+from tests.runner_helpers import REPO
+
+DEMO = REPO / "data" / "demo"
+
+
+def test_demo_folders_are_real_gpu_runs():
+    folders = demo_folders(DEMO)
+    assert len(folders) >= 3
+    for folder in folders:
+        assert (folder / "env.json").read_text().count("H200") >= 1, folder
+        assert list((folder / "points").glob("*.summary.parquet")), folder
+
+
+def test_imported_once_marked_demo_and_never_duplicated(tmp_path: Path):
+    store = Store(tmp_path / "h.duckdb")
+    reports = import_demo_runs(store, DEMO)
+    assert {r.run_id for r in reports} == {f.name for f in demo_folders(DEMO)}
+    assert all(not r.warnings for r in reports)
+    runs = store.runs()
+    assert runs["demo"].all() and len(runs) == len(reports)
+    points = len(store.points(runs["run_id"].tolist()))
+    assert import_demo_runs(store, DEMO) == []                 # a second start does nothing
+    assert import_demo_runs(store, DEMO, force=True)           # a forced import re-reads ...
+    assert len(store.points(runs["run_id"].tolist())) == points  # ... and adds nothing twice
+    store.close()
+
+
+def test_a_deleted_demo_run_stays_deleted(tmp_path: Path):
+    store = Store(tmp_path / "h.duckdb")
+    import_demo_runs(store, DEMO)
+    victim = store.runs()["run_id"].iloc[0]
+    store.delete(victim)
+    import_demo_runs(store, DEMO)
+    assert victim not in store.runs()["run_id"].tolist()
+    assert (DEMO / victim).is_dir()  # removing it from the history never touches the shipped folder
+    store.close()
+
+
+@pytest.fixture
+def demo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    db, runs = tmp_path / "history.duckdb", tmp_path / "runs"
+    monkeypatch.setenv("BATCHSCOPE_DB", str(db))
+    monkeypatch.setenv("BATCHSCOPE_RUNS", str(runs))
+    monkeypatch.setenv("BATCHSCOPE_DEMO", str(DEMO))
+    st.cache_resource.clear()
+    yield
+    manager = JobManager._instances.pop((db.resolve(), runs.resolve()), None)
+    if manager is not None:
+        manager.shutdown()
+        manager.store.close()
+    st.cache_resource.clear()
+
+
+def test_first_start_shows_demo_runs_on_every_page(demo_home):
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
+    assert not at.exception
+    home_text = " ".join(str(getattr(e, "label", "")) for e in at.main)
+    assert "8B fast" in home_text or "1B fast" in home_text
+    for page in ("pages/history.py", "pages/run.py"):
+        at.switch_page(page)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+    at.switch_page("pages/run.py")
+    at.query_params["run"] = "h200-fast-8b-bf16-p256-o64"
+    at.run()
+    assert not at.exception
+    headings = [e.value for kind in (at.title, at.header, at.subheader, at.markdown) for e in kind]
+    assert any("8B fast" in text for text in headings), headings
+    assert len(at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")) >= 1  # the charts are drawn
