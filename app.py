@@ -19,6 +19,7 @@ def home() -> None:
     left.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
     middle.page_link("pages/history.py", label="Browse and compare runs", icon=":material/history:")
     right.page_link("pages/run.py", label="Latest run", icon=":material/monitoring:")
+    st.page_link("pages/explain.py", label="Explain a run, step by step (for demos)", icon=":material/school:")
     st.subheader("Latest runs")
     try:
         runs = resources.store().runs().head(LATEST_RUNS)
@@ -37,6 +38,7 @@ page = st.navigation([
     st.Page("pages/new_sweep.py", title="New sweep", icon=":material/play_arrow:"),
     st.Page("pages/run.py", title="Run", icon=":material/monitoring:"),
     st.Page("pages/history.py", title="History", icon=":material/history:"),
+    st.Page("pages/explain.py", title="Explain", icon=":material/school:"),
 ])
 try:
     page.run()

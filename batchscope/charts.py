@@ -176,7 +176,7 @@ def linked_charts(table: pd.DataFrame, analysis: Any, slo: Any = None, percentil
     }
     markers = marker_frame(analysis, table)
     return _stack(frames, markers, colour_by="series", slo=slo, capacity=capacity_frame(table),
-                  stacked_memory=True, batches=batch_axis_values(table))
+                  stacked_memory=True, batches=batch_axis_values(table), x_title=axis_title(table))
 
 
 def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: Mapping[str, Any] | None = None,
@@ -207,7 +207,8 @@ def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: M
     capacity = _concat(capacities, ["run", "value", "label"]).drop_duplicates(subset=["value"])
     return _stack(frames, _concat(markers, ["run", "batch_size", "kind", "label"]), colour_by="run",
                   slo=slo, capacity=capacity, stacked_memory=False,
-                  batches=batch_axis_values(*tables_by_run.values()))
+                  batches=batch_axis_values(*tables_by_run.values()),
+                  x_title=axis_title(*tables_by_run.values()))
 
 
 _EMPTY_LONG = ["run", "batch_size", "series", "value"]
@@ -234,10 +235,23 @@ def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
     return pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=columns)
 
 
+def axis_title(*tables: pd.DataFrame) -> str:
+    """What the x axis holds: batch size for static points, the batch limit a continuous point ran with
+    (its batch_size is max_num_seqs, or the concurrency of a concurrency sweep), both when overlaid."""
+    axes = set()
+    for table in tables:
+        column = table["sweep_axis"] if "sweep_axis" in table else pd.Series([None] * len(table), dtype=object)
+        axes.update("concurrency" if a == "concurrency" else "max_num_seqs" if isinstance(a, str) else "batch size"
+                    for a in column)
+    names = [name for name in ("batch size", "max_num_seqs", "concurrency") if name in axes] or ["batch size"]
+    return f"{' · '.join(names)} (log2)"
+
+
 def _stack(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, colour_by: str, slo: Any,
-           capacity: pd.DataFrame, stacked_memory: bool, batches: list[int]) -> alt.VConcatChart:
+           capacity: pd.DataFrame, stacked_memory: bool, batches: list[int],
+           x_title: str = "batch size (log2)") -> alt.VConcatChart:
     hover = hover_selection()
-    x = alt.X("batch_size:Q", title="batch size (log2)",
+    x = alt.X("batch_size:Q", title=x_title,
               scale=alt.Scale(type="log", base=2, domain=_domain(batches)),
               axis=alt.Axis(values=batches or [1], format="d", labelOverlap="greedy"))
     legend = alt.selection_point(name="legend", fields=["run"], bind="legend") if colour_by == "run" else None

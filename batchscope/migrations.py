@@ -82,8 +82,20 @@ _V3_SETTINGS = [
     "CREATE TABLE settings (key VARCHAR PRIMARY KEY, value VARCHAR, updated_at TIMESTAMP)",
 ]
 
+_V4_CONTINUOUS = [  # continuous-batching points (runners/schemas.py CONTINUOUS_SUMMARY) and step token mix
+    f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
+        ("sweep_axis", "VARCHAR"), ("sweep_value", "DOUBLE"), ("max_num_seqs", "INTEGER"),
+        ("arrival_rate", "DOUBLE"), ("concurrency", "INTEGER"), ("queue_ms_p50", "DOUBLE"),
+        ("queue_ms_p95", "DOUBLE"), ("queue_ms_p99", "DOUBLE"), ("goodput_rps", "DOUBLE"),
+        ("goodput_slo", "VARCHAR"), ("kv_capacity_tokens", "BIGINT"), ("kv_occupancy_mean", "DOUBLE"),
+        ("kv_occupancy_max", "DOUBLE"), ("admission_waits", "BIGINT"))
+] + [
+    "ALTER TABLE steps ADD COLUMN prefill_tokens BIGINT",
+    "ALTER TABLE steps ADD COLUMN decode_tokens BIGINT",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
-MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS]
+MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

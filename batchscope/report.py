@@ -17,6 +17,7 @@ import pandas as pd
 from batchscope import config
 from batchscope.analysis import SLO, Analysis, analyse
 from batchscope.analysis.marker import num, pct
+from batchscope.analysis.model_facts import quant_note
 from batchscope.store import Store
 
 EXIT_USAGE = 2
@@ -95,6 +96,9 @@ def to_markdown(run: dict, analysis: Analysis) -> str:
              f"{head['state']}", ""]
     if head["fingerprint"]:
         lines += [f"Environment: {head['fingerprint']}", ""]
+    guard = quant_note(run.get("model"))
+    if guard:
+        lines += [f"Accuracy guard: {guard}", ""]
     slo = analysis.slo
     lines += [f"Plateau gain threshold: {pct(analysis.plateau_gain)} per doubling. SLO: "
               + ("none" if slo is None else f"{slo.name} ≤ {num(slo.ms)} ms") + ".", "", "## Markers", ""]

@@ -8,6 +8,7 @@ from batchscope.ui import form as sweep_form
 from batchscope.ui import resources
 from runners.distributions import SYNTAX
 from runners.presets import PRESETS
+from runners.quant_layout import QUANT_DTYPES
 from runners.spec import DTYPES, ENGINES, MODES, SpecError
 
 st.title("New sweep")
@@ -26,12 +27,18 @@ with model_col:
         model = st.text_input("Checkpoint directory", key="model_path",
                               placeholder="/models/Llama-3.1-8B (a folder holding config.json)")
     slots["model"] = st.empty()
-    dtype = st.selectbox("dtype", DTYPES, key="dtype")
+    dtype = st.selectbox("dtype", DTYPES, key="dtype",
+                         help="fp8, fp8-dynamic and int8 quantise the weights inside the fast engine.")
+    if dtype in QUANT_DTYPES:
+        st.caption(QUANT_DTYPES[dtype])
     slots["dtype"] = st.empty()
     engine = st.selectbox("Engine", ENGINES, key="engine",
                           help="hf-generate is plain model.generate(); fast is BatchScope's CUDA-graph engine.")
     slots["engine"] = st.empty()
-    mode = st.selectbox("Batching mode", MODES, key="mode")
+    mode = st.selectbox("Batching mode", MODES, key="mode",
+                        help="static: fixed batches; continuous: requests arrive and join a running batch "
+                             "(fast engine).")
+    slots["mode"] = st.empty()
     device = st.selectbox("Device", ["auto", "cuda", "cpu"], key="device",
                           help="auto uses the GPU when one is visible to the runner, else the CPU.")
     slots["device"] = st.empty()
@@ -48,6 +55,32 @@ with batch_col:
         batch_list = st.text_input("Batch sizes", value="1,2,4,8", key="batch_list",
                                    help="Comma-separated whole numbers, e.g. 1,3,8,24")
     slots["batch_sizes"] = st.empty()
+    continuous: dict = {}
+    if mode == "continuous":
+        st.subheader("Continuous batching")
+        st.caption("Sweep exactly one of max_num_seqs, arrival rates or concurrency (a comma list); "
+                   "the batch range above is not used. Each point's batch size is its max_num_seqs "
+                   "(its concurrency in a concurrency sweep).")
+        continuous["max_num_seqs"] = st.text_input("max_num_seqs", value="1,2,4,8,16", key="max_num_seqs",
+                                                   help="Running-batch limit: 8, 1,2,4 or pow2:1:256")
+        slots["max_num_seqs"] = st.empty()
+        load = st.radio("Load", ["Poisson arrivals", "Closed loop"], horizontal=True, key="load")
+        continuous["load"] = "arrival" if load == "Poisson arrivals" else "concurrency"
+        if continuous["load"] == "arrival":
+            continuous["arrival"] = st.text_input("Arrival rate", value="poisson:4", key="arrival",
+                                                  help="poisson:RATE requests/s, or poisson:1,2,4 to sweep")
+        else:
+            continuous["concurrency"] = st.text_input("Concurrent clients", value="8", key="concurrency",
+                                                      help="N clients, or a list like 1,4,16 to sweep")
+        slots["arrival"] = slots["concurrency"] = st.empty()
+        requests_col, budget_col = st.columns(2)
+        continuous["num_requests"] = int(requests_col.number_input("Requests per repeat", min_value=1,
+                                                                   value=64, key="num_requests"))
+        slots["num_requests"] = requests_col.empty()
+        continuous["max_num_batched_tokens"] = int(budget_col.number_input(
+            "Token budget per step", min_value=1, value=2048, key="max_num_batched_tokens",
+            help="max_num_batched_tokens: prefill chunk tokens + one per decoding sequence"))
+        slots["max_num_batched_tokens"] = budget_col.empty()
     repeats_col, warmup_col, seed_col = st.columns(3)
     repeats = repeats_col.number_input("Repeats", min_value=1, max_value=50, value=3, key="repeats")
     warmup = warmup_col.number_input("Warm-up", min_value=0, max_value=20, value=1, key="warmup")
@@ -90,10 +123,11 @@ values = sweep_form.SweepForm(
     batch_hi=int(batch_hi), batch_list=batch_list, prompt_len=lengths["prompt_len"],
     output_len=lengths["output_len"], repeats=int(repeats), warmup=int(warmup), seed=int(seed),
     on_oom=on_oom, name=name, slo_enabled=slo_enabled, slo_metric=slo_metric,
-    slo_percentile=int(slo_percentile), slo_ms=float(slo_ms))
+    slo_percentile=int(slo_percentile), slo_ms=float(slo_ms), **continuous)
 problems = sweep_form.check(values)
 for field, message in problems.items():
-    (slots.get(field) or st).error(message, icon=":material/error:")
+    (slots.get(field) or slots.get("slo" if field.startswith("slo_") else "") or st).error(
+        message, icon=":material/error:")
 
 st.subheader("Predicted memory per batch")
 capacity = sweep_form.default_capacity(resources.store().runs(), device)

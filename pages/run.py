@@ -8,6 +8,7 @@ import streamlit as st
 
 from batchscope import charts
 from batchscope.analysis import SLO
+from batchscope.analysis.model_facts import quant_note
 from batchscope.ui import form as sweep_form
 from batchscope.ui import resources
 from batchscope.ui import run_view
@@ -135,6 +136,9 @@ def show_fingerprint(data: run_view.RunData) -> None:
         if data.run.get("calibration"):
             st.caption("Measured ceilings (calibration)")
             st.json(data.run["calibration"], expanded=False)
+        guard = quant_note(data.run.get("model"))
+        if guard:
+            st.caption(f"Accuracy guard: {guard}")
 
 
 def run_body(live_at_start: bool) -> None:

@@ -1,5 +1,8 @@
 """Measured ceilings for the roofline: device-copy bandwidth and matmul rate in the run's dtype.
 
+The matmul dtype is the one the run's matmuls use: bfloat16 for the weight-only quantised dtypes
+(fp8, int8: the math is bfloat16), float8_e4m3fn for fp8-dynamic (`torch._scaled_mm` probe).
+
 A roofline built from data-sheet numbers flatters or blames the engine by whatever the sheet is off
 by (boost clocks, ECC, memory clocks), so the sweep measures both ceilings on the device it runs on
 and falls back to the spec table only when the probe itself fails.
@@ -25,15 +28,21 @@ MiB = 1024**2
 # Matched by case-insensitive substring of the device name, first match wins, so the more specific
 # names come first ("H100 NVL" before "H100", "L40S" before "L4").
 SPEC_TABLE: dict[str, dict[str, float]] = {
-    "H200": {"bytes_per_s": 4.8e12, "bfloat16": 989e12, "float16": 989e12, "float32": 67e12},
-    "H100 NVL": {"bytes_per_s": 3.9e12, "bfloat16": 835e12, "float16": 835e12, "float32": 60e12},
-    "H100 PCIe": {"bytes_per_s": 2.0e12, "bfloat16": 756e12, "float16": 756e12, "float32": 51e12},
-    "H100": {"bytes_per_s": 3.35e12, "bfloat16": 989e12, "float16": 989e12, "float32": 67e12},
+    "H200": {"bytes_per_s": 4.8e12, "bfloat16": 989e12, "float16": 989e12, "float32": 67e12,
+             "float8_e4m3fn": 1979e12},
+    "H100 NVL": {"bytes_per_s": 3.9e12, "bfloat16": 835e12, "float16": 835e12, "float32": 60e12,
+                 "float8_e4m3fn": 1670e12},
+    "H100 PCIe": {"bytes_per_s": 2.0e12, "bfloat16": 756e12, "float16": 756e12, "float32": 51e12,
+                  "float8_e4m3fn": 1513e12},
+    "H100": {"bytes_per_s": 3.35e12, "bfloat16": 989e12, "float16": 989e12, "float32": 67e12,
+             "float8_e4m3fn": 1979e12},
     "A100 80GB PCIe": {"bytes_per_s": 1.935e12, "bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12},
     "A100-SXM4-80GB": {"bytes_per_s": 2.039e12, "bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12},
     "A100": {"bytes_per_s": 1.555e12, "bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12},
-    "L40S": {"bytes_per_s": 864e9, "bfloat16": 362e12, "float16": 362e12, "float32": 91.6e12},
-    "L4": {"bytes_per_s": 300e9, "bfloat16": 121e12, "float16": 121e12, "float32": 30.3e12},
+    "L40S": {"bytes_per_s": 864e9, "bfloat16": 362e12, "float16": 362e12, "float32": 91.6e12,
+             "float8_e4m3fn": 733e12},
+    "L4": {"bytes_per_s": 300e9, "bfloat16": 121e12, "float16": 121e12, "float32": 30.3e12,
+           "float8_e4m3fn": 242e12},
     "A10G": {"bytes_per_s": 600e9, "bfloat16": 70e12, "float16": 70e12, "float32": 31.2e12},
     "A10": {"bytes_per_s": 600e9, "bfloat16": 125e12, "float16": 125e12, "float32": 31.2e12},
     "RTX 4090": {"bytes_per_s": 1008e9, "bfloat16": 165e12, "float16": 165e12, "float32": 82.6e12},
@@ -130,12 +139,27 @@ def _measure(device: torch.device, dtype: torch.dtype) -> tuple[float, float]:
     del src, dst
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    out = torch.empty(n, n, dtype=dtype, device=device)
-    matmul_s = _median_seconds(lambda: torch.matmul(a, b, out=out), device)
-    del a, b, out
+    if dtype == torch.float8_e4m3fn:
+        matmul_s = _median_seconds(_fp8_matmul(a, b), device)
+    else:
+        out = torch.empty(n, n, dtype=dtype, device=device)
+        matmul_s = _median_seconds(lambda: torch.matmul(a, b, out=out), device)
+        del out
+    del a, b
     if on_cuda:
         torch.cuda.empty_cache()
     return 2 * copy_bytes / copy_s, 2 * n**3 / matmul_s
+
+
+def _fp8_matmul(a: torch.Tensor, b: torch.Tensor) -> Callable[[], object]:
+    """The fp8-dynamic engine's matmul: `_scaled_mm` with rowwise float32 scales, bfloat16 out
+    (b.t() is the column-major second operand it wants)."""
+    n = a.shape[0]
+    scale_a = torch.ones((n, 1), device=a.device)
+    scale_b = torch.ones((1, n), device=a.device)
+    out = torch.empty(n, n, dtype=torch.bfloat16, device=a.device)
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16,
+                                    use_fast_accum=True, out=out)
 
 
 def _median_seconds(fn: Callable[[], object], device: torch.device) -> float:

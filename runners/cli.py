@@ -15,7 +15,9 @@ from runners.spec import SpecError, validate
 
 EXIT = {"done": 0, "failed": 1, "cancelled": 3}
 OPTIONS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats",
-           "warmup", "seed", "device", "max_batch_size", "on_oom", "telemetry_hz", "name")
+           "warmup", "seed", "device", "max_batch_size", "on_oom", "telemetry_hz", "name",
+           "max_num_seqs", "arrival", "concurrency", "num_requests", "max_num_batched_tokens",
+           "kv_cache_tokens", "slo_metric", "slo_ms")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,9 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--spec", type=Path, help="JSON file with any of the options below")
     sweep.add_argument("--out", type=Path, required=True, help="run folder to create (data/runs/<id>)")
     sweep.add_argument("--model", help="preset (tiny, llama-3.2-1b, llama-3.1-8b, qwen2.5-7b, mistral-7b) or a local HF checkpoint dir")
-    sweep.add_argument("--dtype", help="float32, bfloat16 or float16")
+    sweep.add_argument("--dtype", help="float32, bfloat16, float16, or with --engine fast: fp8, fp8-dynamic, "
+                                       "int8 (quantised weights, bfloat16 activations and KV cache)")
     sweep.add_argument("--engine", help="hf-generate or fast")
-    sweep.add_argument("--mode", help="static")
+    sweep.add_argument("--mode", help="static (default) or continuous (fast engine; options below)")
     sweep.add_argument("--batch-sizes", dest="batch_sizes", help="1,2,4 or pow2:1:256")
     sweep.add_argument("--prompt-len", dest="prompt_len", help="fixed:N | uniform:LO:HI | normal:MEAN:SD | lognormal:MEDIAN:SIGMA | file:PATH")
     sweep.add_argument("--output-len", dest="output_len", help="same syntax as --prompt-len")
@@ -40,6 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--telemetry-hz", dest="telemetry_hz")
     sweep.add_argument("--no-calibrate", dest="calibrate", action="store_false", default=None)
     sweep.add_argument("--name")
+    cont = sweep.add_argument_group("continuous mode (one of --max-num-seqs, --arrival, --concurrency may list values to sweep)")
+    cont.add_argument("--max-num-seqs", dest="max_num_seqs", help="running-batch limit: 8, 1,2,4 or pow2:1:256")
+    cont.add_argument("--arrival", help="open loop: poisson:RATE requests/s, or poisson:R1,R2,... to sweep")
+    cont.add_argument("--concurrency", help="closed loop: N clients, or a list to sweep")
+    cont.add_argument("--num-requests", dest="num_requests", help="requests per repeat (default 64)")
+    cont.add_argument("--max-num-batched-tokens", dest="max_num_batched_tokens",
+                      help="per-step token budget; longer prompts prefill in chunks (default 2048)")
+    cont.add_argument("--kv-cache-tokens", dest="kv_cache_tokens",
+                      help="cap on KV tokens held by admitted requests (default 0: the whole slot cache)")
+    cont.add_argument("--slo-metric", dest="slo_metric", help="goodput SLO metric: ttft (default), itl or e2e")
+    cont.add_argument("--slo-ms", dest="slo_ms", help="goodput SLO limit in ms (default 1000)")
     return parser
 
 

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import torch
 
+from runners import quant
 from runners.models import DTYPES
+from runners.quant_layout import QUANT_DTYPES
 from runners.spec import SpecError
+
+FP8_CAPABILITY = (8, 9)  # Ada (L4, L40S) and Hopper (H100, H200): fp8 tensor cores, Triton fp8 casts
 
 
 def resolve(device: str) -> torch.device:
@@ -22,10 +26,32 @@ def resolve(device: str) -> torch.device:
 
 def check_dtype(device: torch.device, dtype: str) -> None:
     """Run a small matmul in the dtype: the cheapest honest answer to 'can this device do it?'."""
-    if dtype == "bfloat16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    if DTYPES[dtype] == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise SpecError("dtype", f"{torch.cuda.get_device_name(device)} does not support bfloat16")
+    if dtype in QUANT_DTYPES:
+        _check_quant(device, dtype)
     try:
         a = torch.ones((16, 16), dtype=DTYPES[dtype], device=device)
         (a @ a).sum().item()
+    except (RuntimeError, TypeError) as err:
+        raise SpecError("dtype", f"{dtype} matmul does not run on {device}: {str(err).splitlines()[0]}") from None
+
+
+def _check_quant(device: torch.device, dtype: str) -> None:
+    """fp8 on CUDA needs compute capability ≥ 8.9; fp8-dynamic needs CUDA; fp8 weight-only runs on
+    CPU through a dequantise-to-bfloat16 matmul (eager), int8 weight-only everywhere. Then one small
+    quantised linear runs, so a missing kernel is caught here and not at the first sweep point."""
+    if dtype.startswith("fp8") and device.type == "cuda":
+        capability = torch.cuda.get_device_capability(device)
+        if capability < FP8_CAPABILITY:
+            raise SpecError("dtype", f"{dtype} needs a GPU with fp8 support (compute capability ≥ 8.9: "
+                                     f"L4, L40S, H100, H200); {torch.cuda.get_device_name(device)} is "
+                                     f"{capability[0]}.{capability[1]} — use int8 or bfloat16")
+    if dtype == "fp8-dynamic" and device.type != "cuda":
+        raise SpecError("dtype", "fp8-dynamic needs a CUDA GPU with fp8 matmul (compute capability ≥ 8.9); "
+                                 "on CPU use fp8 (weight-only) or int8")
+    try:
+        x = torch.ones((4, 32), dtype=torch.bfloat16, device=device)
+        quant.linear(x, quant.quantize(torch.ones((32, 32), device=device), dtype)).sum().item()
     except (RuntimeError, TypeError) as err:
         raise SpecError("dtype", f"{dtype} matmul does not run on {device}: {str(err).splitlines()[0]}") from None

@@ -10,11 +10,14 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from runners.presets import PRESETS
+from runners.quant_layout import QUANT_DTYPES, decoder_matrices, quantized_weight_bytes
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
+    # quantised-weight dtypes load and compute in bfloat16; the fast engine quantises the matrices
+    **{name: torch.bfloat16 for name in QUANT_DTYPES},
 }
 
 
@@ -37,6 +40,7 @@ class ModelInfo:
     vocab: int
     context: int
     dtype: str
+    quant_logits_rel_error: float | None = None  # measured by the fast engine at load for quantised dtypes
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -81,9 +85,13 @@ def describe(name: str, config: transformers.PretrainedConfig, dtype: str) -> Mo
     lm_head = 0 if config.tie_word_embeddings else vocab * hidden
     params = layers * per_layer + embed + lm_head + hidden
     elem = torch.empty((), dtype=DTYPES.get(dtype, torch.bfloat16)).element_size()
+    weight_bytes = params * elem
+    if dtype in QUANT_DTYPES:
+        weight_bytes = quantized_weight_bytes(params, *decoder_matrices(layers, hidden, heads, kv_heads,
+                                                                        head_dim, inter))
     return ModelInfo(
         name=name, source="preset" if name in PRESETS else "local", architecture=config.model_type,
-        params=params, weight_bytes=params * elem, kv_bytes_per_token=2 * layers * kv_heads * head_dim * elem,
+        params=params, weight_bytes=weight_bytes, kv_bytes_per_token=2 * layers * kv_heads * head_dim * elem,
         layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         intermediate=inter, vocab=vocab, context=config.max_position_embeddings, dtype=dtype,
     )

@@ -11,6 +11,14 @@ MEMORY_PARTS = ("mem_capacity", "mem_weights", "mem_kv_allocated", "mem_kv_used"
 UTIL_MEANS = ("gpu_util_pct", "mem_ctrl_util_pct", "sm_util_pct", "sm_occupancy_pct", "tensor_active_pct",
               "dram_bw_util_pct", "power_w", "sm_clock_mhz")
 
+# continuous mode only (null for static points); docs/run-folder.md says what each means
+CONTINUOUS_SUMMARY = (
+    [("sweep_axis", S), ("sweep_value", F), ("max_num_seqs", I), ("arrival_rate", F), ("concurrency", I)]
+    + [(f"queue_ms_p{p}", F) for p in PERCENTILES]
+    + [("goodput_rps", F), ("goodput_slo", S), ("kv_capacity_tokens", I64), ("kv_occupancy_mean", F),
+       ("kv_occupancy_max", F), ("admission_waits", I64)]
+)
+
 SUMMARY = pa.schema(
     [("point_index", I), ("batch_size", I), ("status", S), ("error", S), ("repeats", I), ("warmup", I),
      ("prompt_len_mean", F), ("output_len_mean", F), ("prefill_ms", F), ("decode_step_ms", F),
@@ -25,6 +33,7 @@ SUMMARY = pa.schema(
     + [(f"{name}_decode", F) for name in UTIL_MEANS[:6]]
     + [("cpu_pct", F), ("rss_bytes_max", I64), ("energy_j", F), ("energy_per_output_token_j", F),
        ("timing", S), ("util_source", S)]
+    + CONTINUOUS_SUMMARY
 )
 
 DETAIL = {
@@ -36,7 +45,7 @@ DETAIL = {
                            ("e2e_ms", F), ("itl_ms_mean", F), ("itl_ms_p95", F)]),
     "steps": pa.schema([("point_index", I), ("repeat", I), ("step_index", I), ("phase", S),
                         ("start_ms", F), ("duration_ms", F), ("active_seqs", I), ("active_tokens", I64),
-                        ("batch_rows", I)]),
+                        ("batch_rows", I), ("prefill_tokens", I64), ("decode_tokens", I64)]),
     "samples": pa.schema([("t_s", F), ("point_index", I), ("repeat", I), ("phase", S),
                           ("gpu_util_pct", F), ("mem_ctrl_util_pct", F), ("mem_used_bytes", I64),
                           ("power_w", F), ("sm_clock_mhz", F), ("sm_util_pct", F), ("sm_occupancy_pct", F),

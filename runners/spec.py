@@ -14,12 +14,14 @@ from typing import Any
 
 from runners import distributions
 from runners.presets import PRESETS
+from runners.quant_layout import QUANT_DTYPES, QUANT_ENGINES
 
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16", *QUANT_DTYPES)
 ENGINES = ("hf-generate", "fast")
-MODES = ("static",)
+MODES = ("static", "continuous")
 ON_OOM = ("stop", "continue")
 DEFAULT_MAX_BATCH_SIZE = 4096
+SLO_METRICS = ("ttft", "itl", "e2e")
 
 
 class SpecError(ValueError):
@@ -49,6 +51,15 @@ class SweepSpec:
     telemetry_hz: float = 20.0
     calibrate: bool = True
     name: str = ""
+    # continuous mode only (runners.continuous_spec says what each means)
+    max_num_seqs: list[int] = field(default_factory=lambda: [8])
+    arrival: str = ""
+    concurrency: list[int] = field(default_factory=list)
+    num_requests: int = 64
+    max_num_batched_tokens: int = 2048
+    kv_cache_tokens: int = 0
+    slo_metric: str = "ttft"
+    slo_ms: float = 1000.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,32 +80,32 @@ class SweepSpec:
         return range(-self.warmup, self.repeats)
 
 
-def parse_batch_sizes(value: Any) -> list[int]:
+def parse_batch_sizes(value: Any, name: str = "batch_sizes") -> list[int]:
     """Accept a list, `1,2,4`, or `pow2:LO:HI` (powers of two from LO to HI inclusive)."""
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("pow2:"):
-            lo, hi = (_whole(x, "batch_sizes") for x in text[5:].split(":", 1)) if ":" in text[5:] else (None, None)
+            lo, hi = (_whole(x, name) for x in text[5:].split(":", 1)) if ":" in text[5:] else (None, None)
             if lo is None or lo < 1 or hi < lo:
-                raise SpecError("batch_sizes", f"pow2 range must be pow2:LO:HI with 1 ≤ LO ≤ HI: {text!r}")
+                raise SpecError(name, f"pow2 range must be pow2:LO:HI with 1 ≤ LO ≤ HI: {text!r}")
             sizes, b = [], 1
             while b <= hi:
                 if b >= lo:
                     sizes.append(b)
                 b *= 2
             if not sizes:
-                raise SpecError("batch_sizes", f"no power of two lies in {text!r}")
+                raise SpecError(name, f"no power of two lies in {text!r}")
             return sizes
         items = [x for x in text.replace(" ", ",").split(",") if x]
     elif isinstance(value, (list, tuple)):
         items = list(value)
     else:
-        raise SpecError("batch_sizes", "give a list like 1,2,4 or pow2:1:256")
+        raise SpecError(name, "give a list like 1,2,4 or pow2:1:256")
     if not items:
-        raise SpecError("batch_sizes", "no batch sizes given")
-    sizes = [_whole(x, "batch_sizes") for x in items]
+        raise SpecError(name, "no batch sizes given")
+    sizes = [_whole(x, name) for x in items]
     if any(b < 1 for b in sizes):
-        raise SpecError("batch_sizes", f"batch sizes must be ≥ 1: {sizes}")
+        raise SpecError(name, f"batch sizes must be ≥ 1: {sizes}")
     return sorted(set(sizes))
 
 
@@ -163,6 +174,9 @@ def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str,
             setattr(spec, name, str(values[name]).strip())
     _check_choice(spec.dtype, DTYPES, "dtype", found)
     _check_choice(spec.engine, ENGINES, "engine", found)
+    if spec.dtype in QUANT_DTYPES and spec.engine in ENGINES and spec.engine not in QUANT_ENGINES:
+        found.setdefault("engine", f"dtype {spec.dtype} quantises weights inside the "
+                                   f"{' or '.join(QUANT_ENGINES)} engine; {spec.engine} cannot run it")
     _check_choice(spec.mode, MODES, "mode", found)
     _check_choice(spec.on_oom, ON_OOM, "on_oom", found)
     if spec.device != "auto" and spec.device != "cpu" and not (spec.device == "cuda" or spec.device.startswith("cuda:")):
@@ -190,7 +204,11 @@ def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str,
                                             f"{spec.max_batch_size} (raise max_batch_size to allow it)")
     for name in ("prompt_len", "output_len"):
         check(name, lambda n=name: distributions.parse(getattr(spec, n)))
-    if context and not {"prompt_len", "output_len", "batch_sizes"} & set(found):
+    if spec.mode == "continuous":
+        from runners.continuous_spec import check_continuous
+
+        check_continuous(spec, values, found, context)
+    elif context and not {"prompt_len", "output_len", "batch_sizes"} & set(found):
         check("prompt_len", lambda: _check_context(spec, context))
     return spec
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from runners import cancel, devices, fingerprint, memory, models
+from runners import cancel, continuous_spec, devices, fingerprint, memory, models
 from runners.calibrate import CalibrationError, calibrate
 from runners.engines import make_engine
 from runners.engines.base import Batch, Engine
@@ -27,9 +27,9 @@ OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
 class Sweep:
     def __init__(self, spec: SweepSpec, out: Path, device: torch.device) -> None:
         self.spec, self.device = spec, device
-        self.folder = RunFolder(out, points_total=len(spec.batch_sizes))
+        self.folder = RunFolder(out, points_total=continuous_spec.point_count(spec))
         self.t0 = time.perf_counter()
-        self.progress = Progress(len(spec.batch_sizes), self.t0)
+        self.progress = Progress(continuous_spec.point_count(spec), self.t0)
         self.sampler = Sampler(device, spec.telemetry_hz, self.t0).start()
 
     def run(self) -> str:
@@ -39,10 +39,18 @@ class Sweep:
             loaded = models.load(self.spec.model, self.spec.dtype, self.device, self.spec.seed)
             engine = make_engine(self.spec.engine, loaded)
             self._write_run_files(loaded, engine)
-            for index, batch_size in enumerate(self.spec.batch_sizes):
-                summary = self._point(index, batch_size, loaded, engine)
+            continuous = self.spec.mode == "continuous"
+            points = continuous_spec.points(self.spec) if continuous else self.spec.batch_sizes
+            for index, point in enumerate(points):
+                if continuous:
+                    from runners.continuous_sweep import run_point
+
+                    summary = run_point(self, index, point, loaded, engine)
+                else:
+                    summary = self._point(index, point, loaded, engine)
                 self.folder.update(points_done=index + 1)
-                if summary["status"] == "oom" and self.spec.on_oom == "stop" and index + 1 < len(self.spec.batch_sizes):
+                if summary["status"] == "oom" and self.spec.on_oom == "stop" and index + 1 < len(points):
+                    batch_size = summary["batch_size"]
                     note = f"stopped after OOM at batch {batch_size}; larger batches not run"
                     self.folder.update(stopped_early=note)
                     self.folder.log(note)
@@ -75,11 +83,15 @@ class Sweep:
         if self.spec.calibrate:
             self._stage(-1, None, "calibrate")
             try:
-                write_json(self.folder.root / "calibration.json", calibrate(self.device, loaded.dtype))
+                matmul_dtype = torch.float8_e4m3fn if self.spec.dtype == "fp8-dynamic" else loaded.dtype
+                write_json(self.folder.root / "calibration.json", calibrate(self.device, matmul_dtype))
             except CalibrationError as err:  # the roofline is then drawn from a stored calibration or not at all
                 self.folder.log(f"calibration skipped: {err}")
         self.folder.log(f"model {loaded.info.name}: {loaded.info.params:,} params on {self.device}, "
                         f"engine {engine.version()}")
+        if loaded.info.quant_logits_rel_error is not None:
+            self.folder.log(f"{self.spec.dtype} weights: {loaded.info.weight_bytes:,} bytes; last-position logits "
+                            f"vs bfloat16 relative error {loaded.info.quant_logits_rel_error:.4f}")
 
     def _batch(self, batch_size: int, repeat: int, vocab: int) -> Batch:
         prompts, outputs = self.spec.request_lengths(batch_size, repeat)

@@ -137,16 +137,21 @@ class Sampler:
         self._thread.join(timeout=5)
 
     def set_context(self, point_index: int, stage: str) -> None:
+        """Close the old stage and open the new one with a sample each, so even a stage shorter than
+        the sampling period (a tiny CPU batch) has its own numbers. Stage changes happen between
+        timed repeats, never inside one."""
+        self._take()
         self.context = (point_index, stage)
+        self._take()
 
     def drain(self) -> list[dict[str, Any]]:
         with self._lock:
             rows, self._rows = self._rows, []
         return rows
 
-    def _loop(self) -> None:
-        next_tick = time.perf_counter()
-        while not self._stop.is_set():
+    def _take(self) -> None:
+        """One row from every probe; under the lock because the probes keep state between reads."""
+        with self._lock:
             row: dict[str, Any] = dict.fromkeys(SAMPLE_COLUMNS)
             row.update(self.process.read())
             if self.gpu is not None:
@@ -159,7 +164,11 @@ class Sampler:
             row["t_s"] = now - self.t0
             row["point_index"], row["stage"] = self.context
             row["source"] = ",".join(self.sources)
-            with self._lock:
-                self._rows.append(row)
+            self._rows.append(row)
+
+    def _loop(self) -> None:
+        next_tick = time.perf_counter()
+        while not self._stop.is_set():
+            self._take()
             next_tick = max(next_tick + self.period, time.perf_counter())  # late ticks are skipped, not burst
             self._stop.wait(next_tick - time.perf_counter())

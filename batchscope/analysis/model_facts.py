@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from runners.presets import PRESETS
+from runners.quant_layout import QUANT_DTYPES, decoder_matrices, quantized_weight_bytes
 
-ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # quantised dtypes: bfloat16 activations and KV
 
 
 def model_config(model_name_or_path: str) -> dict[str, Any]:
@@ -43,10 +44,25 @@ def model_facts(model_name_or_path: str, dtype: str) -> dict[str, Any]:
     lm_head = 0 if config.get("tie_word_embeddings", False) else vocab * hidden
     params = layers * per_layer + vocab * hidden + lm_head + hidden
     elem = ELEMENT_BYTES.get(dtype, 2)
+    weight_bytes = params * elem
+    if dtype in QUANT_DTYPES:
+        weight_bytes = quantized_weight_bytes(params, *decoder_matrices(layers, hidden, heads, kv_heads,
+                                                                        head_dim, inter))
     return {
         "name": model_name_or_path, "source": "preset" if model_name_or_path in PRESETS else "local",
-        "architecture": architecture, "params": params, "weight_bytes": params * elem,
+        "architecture": architecture, "params": params, "weight_bytes": weight_bytes,
         "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * elem, "layers": layers, "hidden": hidden,
         "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "intermediate": inter, "vocab": vocab,
         "context": config["max_position_embeddings"], "dtype": dtype,
+        "quant_logits_rel_error": None,  # measured only when a run loads the model
     }
+
+
+def quant_note(model: dict[str, Any] | None) -> str | None:
+    """One sentence on a quantised run's accuracy guard (from model.json), or None for other runs."""
+    error = (model or {}).get("quant_logits_rel_error") if isinstance(model, dict) else None
+    if error is None:
+        return None
+    return (f"{model.get('dtype')} weights ({model.get('weight_bytes', 0) / 1e9:.2f} GB with scales; embeddings, "
+            f"norms and lm_head in bfloat16): last-position logits differ from the bfloat16 model on the same "
+            f"random weights by {error:.2%} (relative L2).")

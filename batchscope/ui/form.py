@@ -47,6 +47,13 @@ class SweepForm:
     slo_metric: str = "ttft"
     slo_percentile: int = 95
     slo_ms: float = 500.0
+    # continuous mode (runners/continuous_spec.py)
+    max_num_seqs: str = "1,2,4,8,16"
+    load: str = "arrival"  # "arrival" (Poisson) or "concurrency" (closed loop)
+    arrival: str = "poisson:4"
+    concurrency: str = "8"
+    num_requests: int = 64
+    max_num_batched_tokens: int = 2048
 
     def batch_sizes_text(self) -> str:
         """The batch range as the spec's string: `pow2:LO:HI` or the explicit list."""
@@ -61,7 +68,17 @@ class SweepForm:
             "device": self.device, "batch_sizes": self.batch_sizes_text(), "prompt_len": self.prompt_len,
             "output_len": self.output_len, "repeats": self.repeats, "warmup": self.warmup,
             "seed": self.seed, "on_oom": self.on_oom, "name": self.name.strip(),
+            **self._continuous(),
         }
+
+    def _continuous(self) -> dict[str, Any]:
+        """The continuous options (only in that mode), with the form's SLO as the goodput SLO."""
+        if self.mode != "continuous":
+            return {}
+        load = {"arrival": self.arrival} if self.load == "arrival" else {"concurrency": self.concurrency}
+        slo = {"slo_metric": self.slo_metric, "slo_ms": self.slo_ms} if self.slo_enabled else {}
+        return {"max_num_seqs": self.max_num_seqs, **load, "num_requests": self.num_requests,
+                "max_num_batched_tokens": self.max_num_batched_tokens, **slo}
 
 
 def check(form: SweepForm, model_roots: list[Path] | None = None) -> dict[str, str]:

@@ -14,7 +14,9 @@ import transformers
 from runners import cancel
 from runners.engines.base import Batch, Generation
 from runners.engines.fast_model import DecodeState, FastDecoder
+from runners.engines.fast_quant import decoder_weight_bytes, quantize_with_guard
 from runners.models import LoadedModel
+from runners.quant_layout import QUANT_DTYPES
 
 VERSION = "1"
 PAD_ID = 0
@@ -37,6 +39,10 @@ class FastEngine:
         self.graphs = on_cuda if graphs is None else graphs
         self.compiled = on_cuda if compile is None else compile
         self.decoder = FastDecoder(loaded.model, loaded.config, attn=attn)
+        self.quant = loaded.info.dtype if loaded.info.dtype in QUANT_DTYPES else None
+        if self.quant:  # model.json then holds the quantised bytes and the accuracy guard's error
+            loaded.info.quant_logits_rel_error = quantize_with_guard(self.decoder, loaded.model, self.quant)
+            loaded.info.weight_bytes = decoder_weight_bytes(self.decoder)
         if self.compiled:
             self.decoder.enable_compile()
         self.state: DecodeState | None = None
@@ -45,7 +51,8 @@ class FastEngine:
         self.last_setup: dict[str, float] = {}
 
     def version(self) -> str:
-        return (f"fast {VERSION} (attn {self.decoder.attn}, compile {self.compiled}, "
+        weights = f", weights {self.quant}" if self.quant else ""
+        return (f"fast {VERSION} (attn {self.decoder.attn}{weights}, compile {self.compiled}, "
                 f"graphs {self.graphs}; torch {torch.__version__}, transformers {transformers.__version__})")
 
     def setup(self, batch_size: int, max_prompt_len: int, max_output_len: int) -> float:

@@ -12,17 +12,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from runners.quant import QuantWeight, linear
+
 
 @dataclass
 class LayerWeights:
     attn_norm: Tensor
-    wqkv: Tensor  # [(heads + 2 * kv_heads) * head_dim, hidden]
+    wqkv: Tensor | QuantWeight  # [(heads + 2 * kv_heads) * head_dim, hidden]
     bqkv: Tensor | None  # Qwen2 (and attention_bias) only
-    wo: Tensor
+    wo: Tensor | QuantWeight
     bo: Tensor | None
     mlp_norm: Tensor
-    w13: Tensor  # gate and up stacked: [2 * intermediate, hidden]
-    w2: Tensor
+    w13: Tensor | QuantWeight  # gate and up stacked: [2 * intermediate, hidden]
+    w2: Tensor | QuantWeight
 
 
 @dataclass
@@ -44,6 +46,7 @@ class DecodeState:
     key_idx: Tensor  # arange(max_len)
     out: Tensor  # [slots, max_output_len] generated ids
     step: Tensor  # [1] column of `out` the next step writes
+    active: Tensor  # [slots] 1 where a row advances its positions; 0 parks a free slot (continuous)
 
     @property
     def kv_bytes(self) -> int:
@@ -155,7 +158,7 @@ class FastDecoder:
             rows=torch.arange(slots, device=self.device),
             key_idx=torch.arange(max_len, device=self.device),
             out=torch.zeros(slots, max_output_len, dtype=torch.long, device=self.device),
-            step=longs(1),
+            step=longs(1), active=torch.ones(slots, dtype=torch.long, device=self.device),
         )
 
     def rope(self, pos: Tensor) -> tuple[Tensor, Tensor]:
@@ -186,7 +189,7 @@ class FastDecoder:
         h = self.embed[ids]
         for w, kc, vc in zip(self.layers, st.k, st.v):
             x = self.norm_fn(h, w.attn_norm, self.eps)
-            qkv = F.linear(x, w.wqkv, w.bqkv).view(B, P, -1, self.head_dim).transpose(1, 2)
+            qkv = linear(x, w.wqkv, w.bqkv).view(B, P, -1, self.head_dim).transpose(1, 2)
             q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=1)
             q, k = self.rotate_fn(q, cos, sin), self.rotate_fn(k, cos, sin)
             kc[:B, :, :P] = k
@@ -196,13 +199,46 @@ class FastDecoder:
             else:
                 k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            h = h + F.linear(o.transpose(1, 2).reshape(B, P, -1), w.wo, w.bo)
+            h = h + linear(o.transpose(1, 2).reshape(B, P, -1), w.wo, w.bo)
             x = self.norm_fn(h, w.mlp_norm, self.eps)
-            h = h + F.linear(self.silu_mul_fn(F.linear(x, w.w13)), w.w2)
+            h = h + linear(self.silu_mul_fn(linear(x, w.w13)), w.w2)
         return F.linear(_rms_norm(h[:, -1], self.norm, self.eps), self.lm_head)
 
-    def decode_layer(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor, bqkv: Tensor | None,
-                     wo: Tensor, bo: Tensor | None, mlp_norm: Tensor, w13: Tensor, w2: Tensor,
+    @torch.no_grad()
+    def prefill_slot(self, ids: Tensor, slot: int, pos0: int, st: DecodeState) -> Tensor:
+        """Run one request's prompt chunk ids [n] into cache slot `slot` at positions pos0..pos0+n-1,
+        attending to its own earlier chunks; returns the chunk's last logits [V].
+
+        Continuous batching prefills one request at a time into any free slot, in chunks when the
+        prompt is over the step's token budget; the first chunk takes the causal flash kernel.
+        """
+        n, end = ids.shape[0], pos0 + ids.shape[0]
+        group = self.heads // self.kv_heads
+        pos = torch.arange(pos0, end, device=ids.device)
+        cos, sin = (t[None, None] for t in self.rope(pos))  # [1, 1, n, D]
+        mask = None if pos0 == 0 else (st.key_idx[None, :end] <= pos[:, None])
+        h = self.embed[ids][None]
+        for w, kc, vc in zip(self.layers, st.k, st.v):
+            x = self.norm_fn(h, w.attn_norm, self.eps)
+            qkv = linear(x, w.wqkv, w.bqkv).view(1, n, -1, self.head_dim).transpose(1, 2)
+            q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=1)
+            q, k = self.rotate_fn(q, cos, sin), self.rotate_fn(k, cos, sin)
+            kc[slot, :, pos0:end] = k[0]
+            vc[slot, :, pos0:end] = v[0]
+            if mask is None:
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=group > 1)
+            else:
+                keys = kc[slot:slot + 1, :, :end].repeat_interleave(group, 1)
+                values = vc[slot:slot + 1, :, :end].repeat_interleave(group, 1)
+                o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+            h = h + linear(o.transpose(1, 2).reshape(1, n, -1), w.wo, w.bo)
+            x = self.norm_fn(h, w.mlp_norm, self.eps)
+            h = h + linear(self.silu_mul_fn(linear(x, w.w13)), w.w2)
+        return F.linear(_rms_norm(h[0, -1], self.norm, self.eps), self.lm_head)
+
+    def decode_layer(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor | QuantWeight, bqkv: Tensor | None,
+                     wo: Tensor | QuantWeight, bo: Tensor | None, mlp_norm: Tensor,
+                     w13: Tensor | QuantWeight, w2: Tensor | QuantWeight,
                      kc: Tensor, vc: Tensor, cos: Tensor, sin: Tensor, rows: Tensor,
                      cache_pos: Tensor, mask: Tensor) -> Tensor:
         """One layer for one new token per row; the query group of a KV head is its query length.
@@ -211,7 +247,7 @@ class FastDecoder:
         """
         B = h.shape[0]
         x = _rms_norm(h, attn_norm, self.eps)
-        qkv = F.linear(x, wqkv, bqkv).view(B, -1, self.head_dim)
+        qkv = linear(x, wqkv, bqkv).view(B, -1, self.head_dim)
         q, k, v = qkv.split([self.heads, self.kv_heads, self.kv_heads], dim=1)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         kc[rows, :, cache_pos] = k
@@ -222,9 +258,9 @@ class FastDecoder:
         else:
             scores = torch.matmul(q, kc.transpose(-1, -2)) * self.head_dim**-0.5 + mask
             o = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), vc)
-        h = h + F.linear(o.reshape(B, -1), wo, bo)
+        h = h + linear(o.reshape(B, -1), wo, bo)
         x = _rms_norm(h, mlp_norm, self.eps)
-        return h + F.linear(_silu_mul(F.linear(x, w13)), w2)
+        return h + linear(_silu_mul(linear(x, w13)), w2)
 
     def decode_head(self, h: Tensor, st_out: Tensor, step: Tensor) -> Tensor:
         """Logits and greedy token of the last layer's output, written to column `step` of `out`."""
@@ -245,6 +281,6 @@ class FastDecoder:
             h = self.layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
                               kc, vc, cos, sin, st.rows, st.cache_pos, mask)
         st.tokens.copy_(self.head_fn(h, st.out, st.step))
-        st.rope_pos.add_(1)
-        st.cache_pos.add_(1)
+        st.rope_pos.add_(st.active)
+        st.cache_pos.add_(st.active)
         st.step.add_(1)

@@ -1,0 +1,227 @@
+"""One Altair chart per Explain step: a single panel that shows only what that step's sentences read.
+
+The Run page's linked panels answer every question at once; a room following a presenter needs one
+question per chart, so these are single panels built from the same frames (`batchscope.charts`).
+No streamlit here.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import altair as alt
+import pandas as pd
+
+from batchscope import charts
+
+WIDTH, HEIGHT = 720, 300
+EMPTY = ["batch_size", "series", "value", "dashed"]
+GPU_UTILISATION = ("gpu_util_pct", "sm_util_pct", "tensor_active_pct", "dram_bw_util_pct")
+MEETS, MISSES = "#1b9e77", "#d62728"
+RULE_COLOURS = {**charts.MARKER_COLOURS, "ridge": "#555555"}
+
+
+def throughput_chart(table: pd.DataFrame, analysis: Any) -> alt.LayerChart:
+    """Measured output tokens/s with its repeat band, and the plateau, Kneedle and OOM rules."""
+    frame = charts.throughput_frame(table)
+    frame = frame[frame["series"] == "measured"].assign(series="measured output tok/s", dashed=False)
+    x = batch_x(table)
+    layers = lines(frame, x, "output tokens/s")
+    if not frame.empty:
+        band = alt.Chart(frame).mark_area(opacity=0.18, color="#4c78a8").encode(x=x, y="lo:Q", y2="hi:Q")
+        layers.insert(0, band)
+    rules = charts.marker_frame(analysis, table, kinds=("plateau", "kneedle", "OOM"))
+    return panel(layers + marker_rules(rules, x), titled(frame, "output tokens/s (band: min–max of repeats)"))
+
+
+def latency_chart(table: pd.DataFrame) -> alt.LayerChart:
+    """P95 TTFT and ITL per batch on a log scale (they differ by orders of magnitude)."""
+    frame = charts.latency_frame(table, 95, metrics=("ttft", "itl"))
+    frame = frame[frame["series"] != "roofline decode step"].assign(dashed=False)
+    return panel(lines(frame, batch_x(table), "latency (ms, log)", log=True), titled(frame, "P95 latency (ms, log)"))
+
+
+def utilisation_chart(table: pd.DataFrame) -> alt.LayerChart:
+    """GPU busy-time and GPM counters (or CPU %) with throughput as % of its best, and the 90 % line."""
+    gpu = "gpu_util_pct" in table and table["gpu_util_pct"].notna().any()
+    columns = {c: charts.UTILISATION_COLUMNS[c] for c in (GPU_UTILISATION if gpu else ("cpu_pct",))}
+    frame = charts.utilisation_frame(table, columns=columns).assign(dashed=False)
+    measured = charts.throughput_frame(table)
+    measured = measured[measured["series"] == "measured"]
+    if not measured.empty:
+        share = measured.assign(series="throughput (% of its best)", value=100 * measured["value"] / measured["value"].max(),
+                                dashed=True)
+        frame = pd.concat([frame, share[frame.columns]], ignore_index=True)
+    layers = lines(frame, batch_x(table), "% of time / of best")
+    if gpu:
+        layers += level_rule(90.0, "90 % busy", "#555")
+    return panel(layers, titled(frame, "utilisation (%) and throughput (% of its best)"))
+
+
+def memory_chart(table: pd.DataFrame, split: pd.DataFrame) -> alt.LayerChart:
+    """Memory per finished batch, stacked by part, with the capacity line and OOM rules."""
+    ok_split = split[split["status"] == "ok"] if "status" in split else split
+    frame = charts.memory_frame(ok_split)
+    x = batch_x(table)
+    base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY + ["order"]))
+    colour = alt.Color("series:N", title=None, scale=alt.Scale(domain=list(charts.MEMORY_PARTS.values()),
+                                                               scheme="tableau10"),
+                       legend=alt.Legend(orient="bottom", columns=3))
+    layers: list[alt.Chart] = [base.mark_area(opacity=0.85, line=True).encode(
+        x=x, y=alt.Y("value:Q", stack="zero", title="memory (GiB)"), color=colour, order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("series:N", title="part"), alt.Tooltip("batch_size:Q", title="batch"),
+                 alt.Tooltip("value:Q", title="GiB", format=",.2f")])]
+    title = titled(frame, "memory (GiB), stacked")
+    capacity = charts.capacity_frame(table)
+    if not capacity.empty:
+        used = frame.groupby("batch_size")["value"].sum().max() if not frame.empty else 0.0
+        top = float(capacity["value"].iloc[0])
+        if used > 0 and top > charts.CAPACITY_SCALE_LIMIT * used:
+            title += f" — capacity {top:,.1f} GiB is off the scale"
+        else:
+            layers += level_rule(top, str(capacity["label"].iloc[0]), "black")
+    oom = charts.marker_frame(None, table, kinds=("OOM",))
+    return panel(layers + marker_rules(oom, x), title)
+
+
+def roofline_chart(table: pd.DataFrame, ridge: float | None) -> alt.LayerChart:
+    """Measured decode step vs the roofline floor (log scale), and the ridge batch when it is in view."""
+    ok = table[table["status"] == "ok"] if "status" in table else table
+    parts = [pd.DataFrame({"batch_size": ok["batch_size"], "series": name, "value": ok[column], "dashed": dashed})
+             for column, name, dashed in (("decode_step_ms", "measured decode step", False),
+                                          ("predicted_step_ms", "roofline floor", True)) if column in ok]
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=EMPTY)
+    frame = frame.assign(value=pd.to_numeric(frame["value"], errors="coerce")).dropna(subset=["value"])
+    frame = frame[frame["value"] > 0]
+    batches = charts.batch_axis_values(table)
+    title = titled(frame, "decode step (ms, log)")
+    in_view = ridge is not None and batches and batches[0] / 4 <= ridge <= batches[-1] * 4
+    x = batch_x(table, extra=(ridge,) if in_view else ())
+    layers = lines(frame, x, "ms per decode step (log)", log=True)
+    if in_view:
+        layers += marker_rules(pd.DataFrame({"batch_size": [ridge], "kind": ["ridge"],
+                                             "label": [f"ridge ≈ {ridge:,.0f}"]}), x)
+    elif ridge is not None:
+        title += f" — ridge ≈ {ridge:,.0f}, off the scale"
+    return panel(layers, title)
+
+
+def working_point_chart(table: pd.DataFrame, analysis: Any, slo: Any) -> alt.LayerChart:
+    """The SLO's latency per batch, points green when they meet it, the SLO line and the working point."""
+    metric, percentile = (slo.metric, slo.percentile) if slo is not None else ("ttft", 95)
+    frame = charts.latency_frame(table, percentile, metrics=(metric,))
+    frame = frame[frame["series"] != "roofline decode step"].assign(dashed=False)
+    tput = charts.throughput_frame(table)
+    tput = tput[tput["series"] == "measured"][["batch_size", "value"]].rename(columns={"value": "tok_s"})
+    frame = frame.merge(tput, on="batch_size", how="left")
+    x = batch_x(table)
+    y_title = f"{charts.LATENCY_METRICS[metric]} P{percentile} (ms, log)"
+    y = alt.Y("value:Q", title=y_title, scale=alt.Scale(type="log"))
+    base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY + ["tok_s"]))
+    meets = (alt.condition(f"datum.value <= {float(slo.ms)}", alt.value(MEETS), alt.value(MISSES))
+             if slo is not None else alt.value("#4c78a8"))
+    tooltip = [alt.Tooltip("batch_size:Q", title="batch"), alt.Tooltip("value:Q", title="ms", format=",.1f"),
+               alt.Tooltip("tok_s:Q", title="output tok/s", format=",.0f")]
+    layers: list[alt.Chart] = [base.mark_line(color="#888").encode(x=x, y=y),
+                               base.mark_point(size=110, filled=True).encode(x=x, y=y, color=meets, tooltip=tooltip)]
+    if slo is not None:
+        layers += level_rule(float(slo.ms), f"SLO {slo.name} ≤ {slo.ms:g} ms", MISSES)
+    rules = charts.marker_frame(analysis, table, kinds=("working point", "SLO limit", "OOM"))
+    return panel(layers + marker_rules(rules, x), titled(frame, y_title))
+
+
+def contrast_chart(tables: Mapping[str, pd.DataFrame]) -> alt.HConcatChart:
+    """Two panels side by side, one colour per engine: throughput, and decode step (log)."""
+    tput, step = [], []
+    for label, table in tables.items():
+        measured = charts.throughput_frame(table, label)
+        tput.append(measured[measured["series"] == "measured"])
+        ok = table[table["status"] == "ok"] if "status" in table else table
+        if "decode_step_ms" in ok:
+            step.append(pd.DataFrame({"run": label, "batch_size": ok["batch_size"].astype(int),
+                                      "value": pd.to_numeric(ok["decode_step_ms"], errors="coerce")}).dropna())
+    x = batch_x(*tables.values())
+    colour = alt.Color("run:N", title="engine", scale=alt.Scale(domain=list(tables), scheme="tableau10"),
+                       legend=alt.Legend(orient="bottom"))
+    panels = []
+    for frames, title, log in ((tput, "output tokens/s", False), (step, "decode step (ms, log)", True)):
+        found = [f for f in frames if not f.empty]
+        frame = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=["run", "batch_size", "value"])
+        y = alt.Y("value:Q", title=title, scale=alt.Scale(type="log") if log else alt.Scale(zero=True))
+        base = alt.Chart(frame)
+        tooltip = [alt.Tooltip("run:N", title="engine"), alt.Tooltip("batch_size:Q", title="batch"),
+                   alt.Tooltip("value:Q", format=",.2f")]
+        panels.append(alt.layer(base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour),
+                                base.mark_point(size=50, filled=True).encode(x=x, y=y, color=colour.legend(None),
+                                                                             tooltip=tooltip))
+                      .properties(title=titled(frame, title), width=WIDTH // 2 - 30, height=HEIGHT))
+    return alt.hconcat(*panels).configure_title(anchor="start", fontSize=14)
+
+
+def resize(chart: alt.TopLevelMixin, width: int, height: int, font: int = 15) -> alt.TopLevelMixin:
+    """A copy drawn larger, for present mode: side-by-side panels share the width, fonts grow."""
+    big = chart.copy(deep=True)
+    if isinstance(big, alt.HConcatChart):
+        for sub in big.hconcat:
+            sub.width, sub.height = width // len(big.hconcat) - 40, height
+    else:
+        big = big.properties(width=width, height=height)
+    return (big.configure_axis(labelFontSize=font - 2, titleFontSize=font)
+            .configure_legend(labelFontSize=font - 1, titleFontSize=font)
+            .configure_title(anchor="start", fontSize=font + 3))
+
+
+# ---- building blocks ----
+
+def batch_x(*tables: pd.DataFrame, extra: tuple[float, ...] = ()) -> alt.X:
+    """The log2 batch axis, ticked at every batch the tables hold; `extra` values are kept in view too."""
+    batches = charts.batch_axis_values(*tables)
+    span = batches + list(extra) or [1, 2]
+    return alt.X("batch_size:Q", title="batch size (log2)",
+                 scale=alt.Scale(type="log", base=2, domain=[min(span) / 1.25, max(span) * 1.25]),
+                 axis=alt.Axis(values=batches or [1], format="d", labelOverlap="greedy"))
+
+
+def lines(frame: pd.DataFrame, x: alt.X, y_title: str, log: bool = False) -> list[alt.Chart]:
+    """One line per series with points and a tooltip; series flagged `dashed` are drawn dashed."""
+    base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY))
+    y = alt.Y("value:Q", title=y_title, scale=alt.Scale(type="log") if log else alt.Scale(zero=True))
+    colour = alt.Color("series:N", title=None, scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(orient="bottom"))
+    dash = alt.condition("datum.dashed", alt.value([6, 4]), alt.value([1, 0]))
+    tooltip = [alt.Tooltip("series:N"), alt.Tooltip("batch_size:Q", title="batch"),
+               alt.Tooltip("value:Q", format=",.3~f")]
+    return [base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour, strokeDash=dash),
+            base.mark_point(size=60, filled=True).encode(x=x, y=y, color=colour.legend(None), tooltip=tooltip)]
+
+
+def marker_rules(markers: pd.DataFrame, x: alt.X) -> list[alt.Chart]:
+    """Labelled dashed vertical rules in the marker colours the Run page uses."""
+    if markers.empty:
+        return []
+    colour = alt.Color("kind:N", scale=alt.Scale(domain=list(RULE_COLOURS), range=list(RULE_COLOURS.values())),
+                       legend=None)
+    base = alt.Chart(markers)
+    last = float(markers["batch_size"].max())
+    layers = [base.mark_rule(strokeDash=[6, 3], strokeWidth=2).encode(x=x, color=colour)]
+    for keep, align, dx in ((alt.datum.batch_size < last, "left", 4), (alt.datum.batch_size >= last, "right", -4)):
+        layers.append(base.transform_filter(keep).mark_text(
+            align=align, baseline="top", dx=dx, fontSize=12, fontWeight="bold").encode(
+            x=x, y=alt.value(4), text="label:N", color=colour))
+    return layers
+
+
+def level_rule(level: float, label: str, colour: str) -> list[alt.Chart]:
+    """A labelled horizontal line: a threshold, an SLO or the device capacity."""
+    base = alt.Chart(pd.DataFrame({"value": [level], "label": [label]}))
+    return [base.mark_rule(color=colour, strokeDash=[2, 2], strokeWidth=1.6).encode(y="value:Q"),
+            base.mark_text(align="left", baseline="bottom", dy=-3, color=colour, fontSize=12).encode(
+                y="value:Q", x=alt.value(6), text="label:N")]
+
+
+def titled(frame: pd.DataFrame, title: str) -> str:
+    return title if not frame.empty else f"{title}: no data recorded"
+
+
+def panel(layers: list[alt.Chart], title: str) -> alt.LayerChart:
+    return alt.layer(*layers).resolve_scale(color="independent").properties(
+        title=title, width=WIDTH, height=HEIGHT)

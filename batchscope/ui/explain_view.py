@@ -1,0 +1,70 @@
+"""The Explain page's choices: which run opens by default, which run it is contrasted with, the SLO range."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from batchscope.explain import measured
+
+OTHER_ENGINE = {"fast": "hf-generate", "hf-generate": "fast"}
+LENGTH_KEYS = ("prompt_len", "output_len")
+
+
+def default_run(runs: pd.DataFrame) -> str | None:
+    """A demo `fast` run with the most ok points (it tells the fullest story), else the newest run."""
+    if runs.empty:
+        return None
+    demo = runs[(runs["demo"].fillna(False).astype(bool)) & (runs["engine"] == "fast") & (runs["points_ok"] > 0)]
+    if not demo.empty:
+        return str(demo.sort_values("points_ok", ascending=False, kind="stable").iloc[0]["run_id"])
+    return str(runs.iloc[0]["run_id"])
+
+
+def partner_run(run: dict[str, Any], runs: pd.DataFrame, spec_of: Callable[[str], dict | None]) -> str | None:
+    """The other engine's run of the same model and dtype, preferring the same lengths, then demo runs,
+    then more ok points; None when there is none (or the engine has no counterpart)."""
+    other = OTHER_ENGINE.get(str(run.get("engine")))
+    if other is None or runs.empty:
+        return None
+    same = runs[(runs["engine"] == other) & (runs["model"] == run.get("model_name")) & (runs["dtype"] == run.get("dtype"))
+                & (runs["points_ok"] > 0)]
+    lengths = {k: (run.get("spec") or {}).get(k) for k in LENGTH_KEYS}
+
+    def rank(row: pd.Series) -> tuple[bool, bool, int]:
+        spec = spec_of(str(row["run_id"])) or {}
+        return ({k: spec.get(k) for k in LENGTH_KEYS} == lengths, bool(row["demo"]), int(row["points_ok"]))
+
+    ranked = sorted(same.to_dict("records"), key=lambda row: rank(pd.Series(row)), reverse=True)
+    return str(ranked[0]["run_id"]) if ranked else None
+
+
+def slo_range(table: pd.DataFrame, column: str) -> tuple[float, float, float] | None:
+    """(low, high, start) for the SLO slider: the run's own latency range with a margin, starting mid-way
+    (on a log scale) so the first sentence already splits the batches; None when the column is empty."""
+    values = measured(table, column)[column] if column in table else pd.Series(dtype=float)
+    values = values[values > 0]
+    if values.empty:
+        return None
+    lo, hi = float(values.min()), float(values.max())
+    low, high = nice_floor(lo * 0.8), nice_ceil(hi * 1.2)
+    start = min(max(nice_floor(math.sqrt(lo * hi)), low), high)
+    return low, high, start
+
+
+def slider_step(low: float, high: float) -> float:
+    """A step that gives a few hundred positions across the range."""
+    span = high - low
+    return float(10 ** math.floor(math.log10(span / 200))) if span > 0 else 1.0
+
+
+def nice_floor(x: float) -> float:
+    step = 10 ** math.floor(math.log10(x)) / 10 if x > 0 else 1.0
+    return round(math.floor(x / step) * step, 12)
+
+
+def nice_ceil(x: float) -> float:
+    step = 10 ** math.floor(math.log10(x)) / 10 if x > 0 else 1.0
+    return round(math.ceil(x / step) * step, 12)

@@ -1,0 +1,101 @@
+"""Explain: a guided walk through one run for a room — six steps, each one chart and two sentences.
+
+The sentences come from `batchscope.explain`, built from the run's own numbers; this page only picks
+the run and the SLO, and lays the steps out one after another or, in present mode, one at a time.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from batchscope.analysis import SLO, analyse
+from batchscope.explain import Step, contrast, explain_steps
+from batchscope.explain_charts import resize
+from batchscope.ui import explain_view, resources, run_view
+from batchscope.ui import form as sweep_form
+from batchscope.ui.history_view import overlay_labels
+
+PRESENT_WIDTH, PRESENT_HEIGHT = 880, 440
+
+st.title("Explain")
+store = resources.store()
+runs = store.runs()
+if runs.empty:
+    st.info("No runs yet: start one on the New sweep page, or import a run folder on the History page.")
+    st.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
+    st.stop()
+
+run_ids = runs["run_id"].tolist()
+if st.session_state.get("explain_run") not in run_ids:
+    st.session_state["explain_run"] = explain_view.default_run(runs)
+labels = overlay_labels(runs, run_ids)
+demo = dict(zip(runs["run_id"], runs["demo"].fillna(False)))
+st.selectbox("Run to explain", run_ids, key="explain_run",
+             format_func=lambda rid: f"{labels[rid]}{' (demo)' if demo.get(rid) else ''} — {rid}")
+run_id = st.session_state["explain_run"]
+data = run_view.load_run(store, run_id, None)
+if data is None or data.analysis is None or data.table.empty:
+    st.info("This run has no finished points yet, so there is nothing to explain. Pick another run.")
+    st.stop()
+
+metric_col, pct_col, ms_col = st.columns([1, 1, 3])
+metric = metric_col.selectbox("SLO metric", sweep_form.SLO_METRICS, key="explain_slo_metric", format_func=str.upper)
+percentile = int(pct_col.selectbox("Latency percentile", sweep_form.SLO_PERCENTILES, index=1,
+                                   key="explain_slo_percentile", format_func=lambda p: f"P{p}"))
+column = f"{metric}_ms_p{percentile}"
+span = explain_view.slo_range(data.table, column)
+slo: SLO | None = None
+if span is None:
+    ms_col.info(f"This run recorded no {metric.upper()} P{percentile}, so no SLO can be set on it.")
+else:
+    low, high, start = span
+    limit_ms = ms_col.slider("SLO limit (ms) — drag it", min_value=low, max_value=high, value=start,
+                             step=explain_view.slider_step(low, high),
+                             format="%.0f ms" if high >= 100 else "%.2f ms", key=f"explain_slo_ms_{run_id}_{column}")
+    slo = SLO(metric, percentile, float(limit_ms))
+analysis = analyse(store.points([run_id]), data.run.get("model"), data.run.get("calibration"), slo)
+steps: list[Step] = explain_steps(data.run, analysis.table, analysis, data.split, slo)
+partner_id = explain_view.partner_run(data.run, runs, lambda rid: (store.run(rid) or {}).get("spec"))
+partner = run_view.load_run(store, partner_id, None) if partner_id else None
+if partner is not None and partner.analysis is not None:
+    extra = contrast(data.run, analysis.table, partner.run, partner.table)
+    if extra is not None:
+        steps.append(extra)
+
+present = st.toggle("Present: one step at a time, large", key="explain_present")
+
+
+def show_step(number: int, step: Step, large: bool) -> None:
+    """One step: title, chart, and its two sentences (headers in present mode so a room can read them)."""
+    if large:
+        st.markdown(f"## {number}. {step.title}")
+        st.altair_chart(resize(step.chart, PRESENT_WIDTH, PRESENT_HEIGHT), width="content")
+        for sentence in step.sentences:
+            st.markdown(f"### {sentence}")
+    else:
+        st.subheader(f"{number}. {step.title}")
+        st.altair_chart(step.chart, width="content")
+        for sentence in step.sentences:
+            st.markdown(sentence)
+
+
+def move(delta: int) -> None:
+    st.session_state["explain_step"] = min(max(st.session_state.get("explain_step", 0) + delta, 0), len(steps) - 1)
+
+
+if present:
+    index = min(st.session_state.get("explain_step", 0), len(steps) - 1)
+    st.session_state["explain_step"] = index
+    back, where, forward = st.columns([1, 2, 1])
+    back.button("Previous", icon=":material/arrow_back:", key="explain_previous", on_click=move, args=(-1,),
+                disabled=index == 0, width="stretch")
+    where.markdown(f"<div style='text-align:center'>step {index + 1} of {len(steps)}</div>", unsafe_allow_html=True)
+    forward.button("Next", icon=":material/arrow_forward:", key="explain_next", on_click=move, args=(1,),
+                   disabled=index == len(steps) - 1, width="stretch")
+    show_step(index + 1, steps[index], large=True)
+else:
+    st.caption(f"{run_view.run_title(data.run)} · {len(steps)} steps, every sentence computed from this run's numbers."
+               + ("" if partner_id else " No run of the other engine on this model and dtype is stored, so there is "
+                                        "no engine contrast."))
+    for number, step in enumerate(steps, start=1):
+        show_step(number, step, large=False)
+        st.divider()

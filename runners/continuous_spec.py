@@ -1,0 +1,152 @@
+"""The continuous-batching options of a sweep spec: parsing, per-field checks, and the swept points.
+
+Torch-free like runners.spec, which calls `check_continuous` for `mode: continuous`. Options:
+- `max_num_seqs`: running-batch limit (slots of the KV cache); a list sweeps it.
+- `arrival`: open loop, `poisson:RATE` requests/s, or `poisson:R1,R2,...` to sweep the rate.
+- `concurrency`: closed loop of N clients, each sending its next request when the last one ends.
+- `num_requests`: requests per repeat (the same seeded workload at every point).
+- `max_num_batched_tokens`: per-step token budget (prefill chunk tokens + one per decoding row).
+- `kv_cache_tokens`: cap on KV tokens reserved by admitted requests (prompt + output); 0 = the
+  whole static cache (slots × its length), which never binds.
+- `slo_metric` (ttft|itl|e2e, itl = the request's mean gap) and `slo_ms`: a request meets the SLO
+  when its metric is at most slo_ms; goodput counts those per second.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from runners.spec import SLO_METRICS, SpecError, SweepSpec, _whole, parse_batch_sizes
+
+AXES = ("max_num_seqs", "arrival_rate", "concurrency")
+
+
+@dataclass(frozen=True)
+class ContinuousPoint:
+    """One point of a continuous sweep: the load and the batch limit it runs with."""
+
+    max_num_seqs: int
+    arrival_rate: float | None  # requests/s (open loop), or None for a closed loop
+    concurrency: int | None  # clients (closed loop), or None for Poisson arrivals
+    axis: str  # which of AXES the sweep varies
+
+    @property
+    def value(self) -> float:
+        return float({"max_num_seqs": self.max_num_seqs, "arrival_rate": self.arrival_rate,
+                      "concurrency": self.concurrency}[self.axis])
+
+    @property
+    def batch_size(self) -> int:
+        """What the static charts key on: the concurrency of a concurrency sweep, else max_num_seqs."""
+        return self.concurrency if self.axis == "concurrency" else self.max_num_seqs
+
+
+def parse_arrival(value: Any) -> list[float]:
+    """`poisson:RATE` or `poisson:R1,R2,...` → rates in requests/s, each finite and > 0."""
+    text = str(value).strip()
+    if not text.startswith("poisson:"):
+        raise SpecError("arrival", f"arrival must be poisson:RATE or poisson:R1,R2,... (requests/s): {text!r}")
+    items = [x for x in text[len("poisson:"):].replace(" ", ",").split(",") if x]
+    if not items:
+        raise SpecError("arrival", "give at least one rate, e.g. poisson:4")
+    rates = []
+    for item in items:
+        try:
+            rate = float(item)
+        except ValueError:
+            raise SpecError("arrival", f"not a rate: {item!r}") from None
+        if not math.isfinite(rate) or rate <= 0:
+            raise SpecError("arrival", f"rates must be positive requests/s: {item!r}")
+        rates.append(rate)
+    return sorted(set(rates))
+
+
+def points(spec: SweepSpec) -> list[ContinuousPoint]:
+    """The swept points in order; the axis is the one option given as a list (max_num_seqs by default)."""
+    rates = parse_arrival(spec.arrival) if spec.arrival else [None]
+    clients = spec.concurrency or [None]
+    axis = ("arrival_rate" if len(rates) > 1 else "concurrency" if len(clients) > 1 else "max_num_seqs")
+    return [ContinuousPoint(m, r, c, axis) for m in spec.max_num_seqs for r in rates for c in clients]
+
+
+def check_continuous(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], context: int | None) -> None:
+    """Parse the continuous options into `spec`, recording every problem by field in `found`."""
+    def check(name: str, fn) -> Any:
+        try:
+            return fn()
+        except SpecError as err:
+            found.setdefault(err.field, err.message)
+        return None
+
+    if spec.engine != "fast":
+        found.setdefault("engine", "continuous mode runs on the fast engine")
+    seqs = check("max_num_seqs", lambda: _sizes(values.get("max_num_seqs", spec.max_num_seqs), "max_num_seqs"))
+    if seqs:
+        spec.max_num_seqs = seqs
+    if values.get("arrival") not in (None, ""):
+        spec.arrival = str(values["arrival"]).strip()
+        rates = check("arrival", lambda: parse_arrival(spec.arrival))
+    else:
+        rates = None
+    if values.get("concurrency") not in (None, "", []):
+        clients = check("concurrency", lambda: _sizes(values["concurrency"], "concurrency"))
+        if clients:
+            spec.concurrency = clients
+    if spec.arrival and spec.concurrency:
+        found.setdefault("concurrency", "give either an arrival rate or a concurrency, not both")
+    elif not spec.arrival and not spec.concurrency and "arrival" not in found:
+        found.setdefault("arrival", "continuous mode needs a load: an arrival rate (poisson:RATE) or a concurrency")
+    lists = [name for name, n in (("max_num_seqs", len(spec.max_num_seqs)), ("arrival", len(rates or [])),
+                                  ("concurrency", len(spec.concurrency))) if n > 1]
+    if len(lists) > 1:
+        found.setdefault(lists[1], f"only one axis can be swept: {' and '.join(lists)} are both lists")
+    for name, lo in (("num_requests", 1), ("max_num_batched_tokens", 1), ("kv_cache_tokens", 0)):
+        if name in values:
+            number = check(name, lambda n=name: _whole(values[n], n))
+            if number is not None and number < lo:
+                found.setdefault(name, f"{name} must be ≥ {lo}, got {number}")
+            elif number is not None:
+                setattr(spec, name, number)
+    if spec.max_num_batched_tokens < max(spec.max_num_seqs):
+        found.setdefault("max_num_batched_tokens", f"max_num_batched_tokens ({spec.max_num_batched_tokens}) "
+                                                   f"must be ≥ max_num_seqs ({max(spec.max_num_seqs)}): every "
+                                                   f"running sequence decodes one token per step")
+    if "slo_metric" in values:
+        spec.slo_metric = str(values["slo_metric"]).strip()
+    if spec.slo_metric not in SLO_METRICS:
+        found.setdefault("slo_metric", f"slo_metric must be one of {', '.join(SLO_METRICS)}: got {spec.slo_metric!r}")
+    if "slo_ms" in values:
+        try:
+            spec.slo_ms = float(values["slo_ms"])
+        except (TypeError, ValueError):
+            found.setdefault("slo_ms", f"not a number: {values['slo_ms']!r}")
+        if not (math.isfinite(spec.slo_ms) and spec.slo_ms > 0):
+            found.setdefault("slo_ms", f"slo_ms must be a positive number of milliseconds, got {spec.slo_ms}")
+    if not {"prompt_len", "output_len", "num_requests", "kv_cache_tokens"} & set(found):
+        longest = longest_request(spec)
+        if context and longest > context:
+            found.setdefault("prompt_len", f"prompt + output reaches {longest} tokens, over the model's "
+                                           f"context of {context}")
+        if spec.kv_cache_tokens and longest > spec.kv_cache_tokens:
+            found.setdefault("kv_cache_tokens", f"kv_cache_tokens ({spec.kv_cache_tokens}) cannot hold the "
+                                                f"longest request ({longest} tokens), which would wait forever")
+
+
+def _sizes(value: Any, name: str) -> list[int]:
+    """A single number (4, "4") or anything parse_batch_sizes takes."""
+    return parse_batch_sizes([value] if isinstance(value, (int, float)) else value, name)
+
+
+def longest_request(spec: SweepSpec) -> int:
+    """The most KV tokens (prompt + output) any request of any repeat will hold."""
+    longest = 0
+    for repeat in spec.repeat_indices():
+        prompts, outputs = spec.request_lengths(spec.num_requests, repeat)
+        longest = max(longest, max(p + o for p, o in zip(prompts, outputs)))
+    return longest
+
+
+def point_count(spec: SweepSpec) -> int:
+    """Planned points of any sweep: batch sizes for static, swept values for continuous."""
+    return len(points(spec)) if spec.mode == "continuous" else len(spec.batch_sizes)

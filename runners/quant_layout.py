@@ -1,0 +1,40 @@
+"""Which dtypes quantise weights, what each means, and how many bytes the quantised weights take.
+
+Torch-free, so the spec, the New sweep form and `batchscope.analysis.model_facts` share one formula
+with `runners.models.describe()`. Quantised dtypes quantise only the decoder's linear matrices (fused
+QKV, output projection, fused gate/up, down projection) to one byte per element plus one float32 scale
+per output row; embeddings, norms, biases and lm_head stay bfloat16, and so do activations and the
+KV cache.
+"""
+from __future__ import annotations
+
+QUANT_DTYPES: dict[str, str] = {
+    "fp8": "fp8 e4m3 weights with a scale per output channel, dequantised to bfloat16 inside the "
+           "matmul (weight-only); activations and KV cache stay bfloat16. Needs a GPU with fp8 "
+           "(compute capability ≥ 8.9) or runs slowly on CPU.",
+    "fp8-dynamic": "fp8 e4m3 weights and fp8 activations (a scale per token, computed each step), "
+                   "multiplied on fp8 tensor cores; KV cache stays bfloat16. Needs a GPU with fp8 "
+                   "(compute capability ≥ 8.9).",
+    "int8": "int8 weights with a scale per output channel, dequantised to bfloat16 inside the matmul "
+            "(weight-only); activations and KV cache stay bfloat16. Runs on CPU and CUDA.",
+}
+QUANT_ENGINES = ("fast",)
+ACTIVATION_BYTES = 2  # bfloat16
+QUANT_ELEMENT_BYTES = 1
+SCALE_BYTES = 4  # float32: what torch._scaled_mm's rowwise scales must be
+
+
+def quantized_weight_bytes(params: int, matrix_elements: int, matrix_rows: int) -> int:
+    """Bytes of a model whose `matrix_elements` linear weights (over `matrix_rows` output rows) are
+    quantised and whose other `params - matrix_elements` parameters stay bfloat16."""
+    return (matrix_elements * QUANT_ELEMENT_BYTES + matrix_rows * SCALE_BYTES
+            + (params - matrix_elements) * ACTIVATION_BYTES)
+
+
+def decoder_matrices(layers: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                     intermediate: int) -> tuple[int, int]:
+    """(elements, output rows) of every quantised matrix: per layer wqkv, wo, w13 and w2."""
+    qkv_rows = (heads + 2 * kv_heads) * head_dim
+    elements = qkv_rows * hidden + hidden * heads * head_dim + 2 * intermediate * hidden + hidden * intermediate
+    rows = qkv_rows + hidden + 2 * intermediate + hidden
+    return layers * elements, layers * rows

@@ -1,0 +1,209 @@
+"""Continuous batching on CPU with the tiny preset: scheduler rules, engine correctness, spec, end to end."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from batchscope.ingest import ingest_run
+from batchscope.store import Store
+from runners.continuous_spec import points
+from runners.engines.base import Batch
+from runners.engines.continuous import ContinuousEngine, buckets
+from runners.engines.fast import FastEngine
+from runners.models import load
+from runners.scheduler import Arrivals, Request, Scheduler
+from runners.spec import problems, validate
+from tests.runner_helpers import run_runner
+
+BIG = 10**9
+
+
+@pytest.fixture(scope="module")
+def static() -> FastEngine:
+    return FastEngine(load("tiny", "float32", torch.device("cpu"), seed=3))
+
+
+def workload(n: int, seed: int, prompt_hi: int = 40, output_hi: int = 12) -> tuple[list[list[int]], list[int]]:
+    rng = random.Random(seed)
+    prompts = [[rng.randint(1, 511) for _ in range(rng.randint(1, prompt_hi))] for _ in range(n)]
+    return prompts, [rng.randint(1, output_hi) for _ in range(n)]
+
+
+def serve(static: FastEngine, slots: int, prompts, outputs, arrivals: dict, budget: int = BIG,
+          kv_capacity: int = BIG, record: bool = False):
+    engine = ContinuousEngine(static.decoder, torch.device("cpu"))
+    engine.setup(slots, max(len(p) + o for p, o in zip(prompts, outputs)))
+    return engine.run(prompts, outputs, {**arrivals, "seed": 0}, budget, kv_capacity, record_tokens=record)
+
+
+def test_greedy_tokens_equal_the_static_engine_with_slot_reuse_and_chunked_prefill(static) -> None:
+    prompts, outputs = workload(12, seed=1)
+    want = [static.generate(Batch([p], [o])).tokens[0][:o] for p, o in zip(prompts, outputs)]
+    result = serve(static, 3, prompts, outputs, dict(concurrency=5), budget=16, record=True)
+    assert [result.tokens[i] for i in range(12)] == want
+    assert len({r.slot for r in result.requests}) == 3  # every slot was reused
+    assert any(s.prefill_tokens == 16 for s in result.steps)  # some prompt was chunked at the budget
+    assert all(s.prefill_tokens + s.decode_tokens <= 16 for s in result.steps)
+
+
+def test_every_request_gets_its_length_and_no_slot_is_shared_at_once(static) -> None:
+    prompts, outputs = workload(20, seed=2)
+    result = serve(static, 4, prompts, outputs, dict(rate=2000.0), budget=24)
+    for r in result.requests:
+        assert len(r.token_s) == r.output_len
+        assert r.arrival_s <= r.admit_s <= r.token_s[0]
+    by_slot: dict[int, list[tuple[float, float]]] = {}
+    for r in result.requests:
+        by_slot.setdefault(r.slot, []).append((r.admit_s, r.token_s[-1]))
+    for spans in by_slot.values():
+        spans.sort()
+        assert all(prev_end <= start for (_, prev_end), (start, _) in zip(spans, spans[1:]))
+    assert max(s.running for s in result.steps) <= 4
+
+
+def test_queue_wait_is_zero_with_room_and_grows_with_one_slot(static) -> None:
+    prompts, outputs = workload(12, seed=3)
+    roomy = serve(static, 4, prompts, outputs, dict(concurrency=4))
+    assert all(r.admit_s == r.arrival_s for r in roomy.requests)
+    single = serve(static, 1, prompts, outputs, dict(concurrency=4))
+    waits = [r.admit_s - r.arrival_s for r in single.requests]
+    assert min(waits) == 0 and max(waits) > 0
+    assert sum(waits) > 3 * sum(r.admit_s - r.arrival_s for r in roomy.requests) + 1e-3
+
+
+def test_full_cache_makes_admission_wait_instead_of_failing(static) -> None:
+    prompts, outputs = workload(8, seed=4, prompt_hi=20, output_hi=6)
+    longest = max(len(p) + o for p, o in zip(prompts, outputs))
+    result = serve(static, 4, prompts, outputs, dict(concurrency=8), kv_capacity=longest)
+    assert all(len(r.token_s) == r.output_len for r in result.requests)
+    assert result.admission_waits > 0
+    assert max(s.running for s in result.steps) < 4  # the cache, not the slots, limited the batch
+    assert max(s.kv_tokens for s in result.steps) <= longest
+
+
+def test_scheduler_admits_fifo_within_slots_budget_and_capacity() -> None:
+    reqs = [Request(i, 10, 3) for i in range(4)]
+    source = Arrivals(reqs, concurrency=4)
+    sched = Scheduler(slots=2, token_budget=15, kv_capacity=BIG)
+    for r in source.arrived(0.0):
+        sched.add(r)
+    plan = sched.plan(0.0)
+    assert [(r.index, pos, n) for r, pos, n in plan.prefills] == [(0, 0, 10), (1, 0, 5)]
+    assert [r.slot for r in sched.running.values()] == [0, 1]
+    sched.commit(plan, 1.0)
+    plan = sched.plan(1.0)
+    assert [r.index for r in plan.decodes] == [0]
+    assert [(r.index, pos, n) for r, pos, n in plan.prefills] == [(1, 5, 5)]
+
+
+def test_poisson_arrivals_are_seeded_and_closed_loop_waits_for_a_finish() -> None:
+    times = lambda seed: [t for t, _, _ in sorted(Arrivals([Request(i, 1, 1) for i in range(5)], rate=10.0,
+                                                           seed=seed).due)]
+    assert times(1) == times(1) != times(2)
+    closed = Arrivals([Request(i, 1, 1) for i in range(3)], concurrency=2)
+    assert [r.index for r in closed.arrived(0.0)] == [0, 1]
+    assert closed.next_time() is None  # the third waits for a client to be free
+    closed.finished(Request(0, 1, 1, client=0), 2.5)
+    assert [(r.index, r.arrival_s) for r in closed.arrived(2.5)] == [(2, 2.5)]
+
+
+def test_buckets_are_powers_of_two_capped_by_max_num_seqs() -> None:
+    assert buckets(1) == [1]
+    assert buckets(6) == [1, 2, 4, 6]
+    assert buckets(8) == [1, 2, 4, 8]
+
+
+CONT = {"model": "tiny", "mode": "continuous", "engine": "fast"}
+
+
+@pytest.mark.parametrize("raw, field, words", [
+    ({**CONT, "engine": "hf-generate", "concurrency": 2}, "engine", "fast engine"),
+    (CONT, "arrival", "needs a load"),
+    ({**CONT, "arrival": "uniform:3"}, "arrival", "poisson:RATE"),
+    ({**CONT, "arrival": "poisson:0"}, "arrival", "positive"),
+    ({**CONT, "arrival": "poisson:2", "concurrency": 4}, "concurrency", "not both"),
+    ({**CONT, "arrival": "poisson:1,2", "max_num_seqs": "1,2"}, "arrival", "only one axis"),
+    ({**CONT, "concurrency": "0"}, "concurrency", "≥ 1"),
+    ({**CONT, "concurrency": 4, "max_num_seqs": 64, "max_num_batched_tokens": 32}, "max_num_batched_tokens", "≥ max_num_seqs"),
+    ({**CONT, "concurrency": 4, "num_requests": 0}, "num_requests", "≥ 1"),
+    ({**CONT, "concurrency": 4, "kv_cache_tokens": 10}, "kv_cache_tokens", "longest request"),
+    ({**CONT, "concurrency": 4, "slo_metric": "tpot"}, "slo_metric", "one of"),
+    ({**CONT, "concurrency": 4, "slo_ms": -5}, "slo_ms", "positive"),
+    ({**CONT, "concurrency": 4, "prompt_len": "fixed:2040"}, "prompt_len", "context"),
+])
+def test_spec_rejects_bad_continuous_options_by_field(raw: dict, field: str, words: str) -> None:
+    found = problems(raw)
+    assert field in found and words in found[field], found
+
+
+def test_spec_points_follow_the_swept_axis() -> None:
+    rate_sweep = validate({**CONT, "arrival": "poisson:4,1", "max_num_seqs": 8})
+    assert [(p.axis, p.value, p.batch_size) for p in points(rate_sweep)] == [
+        ("arrival_rate", 1.0, 8), ("arrival_rate", 4.0, 8)]
+    seq_sweep = validate({**CONT, "concurrency": 16, "max_num_seqs": "pow2:1:4"})
+    assert [(p.axis, p.batch_size, p.concurrency) for p in points(seq_sweep)] == [
+        ("max_num_seqs", 1, 16), ("max_num_seqs", 2, 16), ("max_num_seqs", 4, 16)]
+    client_sweep = validate({**CONT, "concurrency": "2,8", "max_num_seqs": 4})
+    assert [(p.axis, p.batch_size, p.max_num_seqs) for p in points(client_sweep)] == [
+        ("concurrency", 2, 4), ("concurrency", 8, 4)]
+    assert problems({"model": "tiny", "batch_sizes": "1,2"}) == {}  # static mode is untouched
+
+
+def test_cli_continuous_sweep_writes_a_complete_run_folder_and_ingests(tmp_path: Path) -> None:
+    out = tmp_path / "cont"
+    proc = run_runner(out, "--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "fast",
+                      "--mode", "continuous", "--max-num-seqs", "1,4", "--arrival", "poisson:400",
+                      "--num-requests", "10", "--prompt-len", "uniform:4:40", "--output-len", "uniform:1:8",
+                      "--max-num-batched-tokens", "16", "--repeats", "2", "--warmup", "1", "--no-calibrate",
+                      "--slo-metric", "e2e", "--slo-ms", "5000", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "done" and status["points_done"] == status["points_total"] == 2
+    for index, slots in enumerate((1, 4)):
+        summary = pq.read_table(out / "points" / f"p{index:04d}.summary.parquet").to_pylist()[0]
+        assert summary["status"] == "ok", summary["error"]
+        assert (summary["batch_size"], summary["max_num_seqs"], summary["sweep_axis"]) == (slots, slots, "max_num_seqs")
+        assert summary["arrival_rate"] == 400.0 and summary["goodput_slo"] == "e2e<=5000ms"
+        assert 0 < summary["kv_occupancy_max"] <= 1 and summary["goodput_rps"] > 0
+        assert summary["queue_ms_p50"] is not None and summary["ttft_ms_p50"] >= summary["queue_ms_p50"]
+        requests = pq.read_table(out / "points" / f"p{index:04d}.requests.parquet").to_pandas()
+        assert len(requests) == 20 and (requests["e2e_ms"] >= requests["ttft_ms"]).all()
+        steps = pq.read_table(out / "points" / f"p{index:04d}.steps.parquet").to_pandas()
+        assert (steps["prefill_tokens"] + steps["decode_tokens"] <= 16).all()
+        assert set(steps["phase"]) <= {"prefill", "decode", "mixed"}
+    store = Store(tmp_path / "history.duckdb")
+    report = ingest_run(store, out)
+    assert report.points_added == 2 and not report.warnings
+    table = store.points([out.name])
+    assert list(table["max_num_seqs"]) == [1, 4] and table["queue_ms_p95"].notna().all()
+
+
+def test_form_sends_continuous_options_only_in_that_mode_and_checks_them() -> None:
+    from batchscope.ui.form import SweepForm, check
+
+    static_form = SweepForm(model="tiny", engine="fast")
+    assert "max_num_seqs" not in static_form.spec_dict()
+    form = SweepForm(model="tiny", engine="fast", mode="continuous", load="concurrency", concurrency="4",
+                     max_num_seqs="1,2", slo_enabled=True, slo_metric="e2e", slo_ms=800.0)
+    raw = form.spec_dict()
+    assert (raw["concurrency"], raw["max_num_seqs"], raw["slo_metric"], raw["slo_ms"]) == ("4", "1,2", "e2e", 800.0)
+    assert "arrival" not in raw and check(form) == {}
+    form.concurrency = "2,4"
+    assert "only one axis" in check(form)["concurrency"]
+
+
+def test_chart_axis_title_names_the_batch_limit_of_each_run_kind() -> None:
+    import pandas as pd
+
+    from batchscope.charts import axis_title
+
+    static_table = pd.DataFrame({"batch_size": [1, 2], "sweep_axis": [None, None]})
+    seqs_table = pd.DataFrame({"batch_size": [1, 2], "sweep_axis": ["max_num_seqs"] * 2})
+    assert axis_title(static_table) == "batch size (log2)"
+    assert axis_title(static_table, seqs_table) == "batch size · max_num_seqs (log2)"
+    assert axis_title(pd.DataFrame({"sweep_axis": ["concurrency"]})) == "concurrency (log2)"

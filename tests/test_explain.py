@@ -1,0 +1,346 @@
+"""The Explain story: every sentence builder on hand-made tables, the page's choices, and the page itself
+through AppTest with the shipped demo runs and with a tiny CPU run made by the real runner."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from batchscope import explain
+from batchscope.analysis import SLO, Analysis, Marker
+from batchscope.demo import import_demo_runs
+from batchscope.ingest import ingest_run
+from batchscope.store import Store
+from batchscope.ui import explain_view
+from batchscope.ui.run_view import load_run
+from tests.runner_helpers import REPO
+from tests.test_pages import app, home, manager, no_traceback, texts, tiny_run  # noqa: F401 (fixtures)
+
+GiB = 1024**3
+DEMO = REPO / "data" / "demo"
+
+
+def points(**columns: list) -> pd.DataFrame:
+    """An ok point per batch size 1, 2, 4, ... with the given columns (status may be overridden)."""
+    n = len(next(iter(columns.values())))
+    frame = pd.DataFrame({"batch_size": [2**i for i in range(n)], "status": ["ok"] * n})
+    return frame.assign(**columns)
+
+
+def analysis(table: pd.DataFrame, plateau: int | None = None, slo_limit: int | None = None,
+             working_point: int | None = None, ridge: float | None = None, slo: SLO | None = None) -> Analysis:
+    marker = (lambda b, label: Marker(b, label, "") if b is not None else None)
+    return Analysis(table, marker(plateau, "plateau"), None, marker(slo_limit, "SLO limit"),
+                    marker(working_point, "working point"), ridge, slo=slo)
+
+
+# ---- step 1: throughput ----
+
+def test_throughput_gain_ratio_and_diminishing_doublings() -> None:
+    table = points(output_tokens_per_s=[100.0, 250.0, 400.0])
+    first, second = explain.throughput_sentences(table, analysis(table))
+    assert first == ("Throughput rises from 100 tok/s at batch 1 to 400 tok/s at batch 4: "
+                     "4.0× the throughput for a 4× larger batch.")
+    assert second == ("Each doubling pays less: the first step (1 → 2) added 150 % per doubling, "
+                      "the last (2 → 4) only 60 %.")
+
+
+def test_throughput_names_the_plateau_and_the_decline_after_a_peak() -> None:
+    flat = points(output_tokens_per_s=[100.0, 300.0, 310.0])
+    assert "Past batch 2 it plateaus: going on to batch 4 adds only 3.3 % per doubling" in \
+        explain.throughput_sentences(flat, analysis(flat, plateau=2))[1]
+    peaked = points(output_tokens_per_s=[100.0, 400.0, 300.0])
+    assert explain.throughput_sentences(peaked, analysis(peaked))[1] == \
+        "Past its peak at batch 2 it falls: batch 4 gives 300 tok/s, 25 % less."
+
+
+def test_throughput_still_rising_and_changing_the_run_changes_the_sentence() -> None:
+    rising = points(output_tokens_per_s=[100.0, 110.0, 800.0])
+    first, second = explain.throughput_sentences(rising, analysis(rising))
+    assert "8.0× the throughput" in first
+    assert second.startswith("It has not flattened yet: the last step (2 → 4) still added 627.3 % per doubling")
+    other = points(output_tokens_per_s=[100.0, 250.0, 400.0])
+    assert explain.throughput_sentences(other, analysis(other)) != (first, second)
+
+
+def test_throughput_without_a_curve_says_what_is_missing() -> None:
+    oom = points(output_tokens_per_s=[float("nan")], status=["oom"])
+    assert explain.throughput_sentences(oom, analysis(oom)) == (
+        "No batch size finished with a throughput measurement, so there is no curve to explain yet.",
+        "Batch 1 ran out of memory.")
+    one = points(output_tokens_per_s=[52.3])
+    assert explain.throughput_sentences(one, analysis(one))[0] == \
+        "Only batch 1 finished (52.3 tok/s), so there is no rise to compare yet."
+    assert explain.throughput_sentences(pd.DataFrame(), None)[1] == "No point has been measured yet."
+
+
+# ---- step 2: latency ----
+
+def test_latency_ttft_growth_and_per_user_token_rate() -> None:
+    table = points(ttft_ms_p95=[100.0, 400.0, 1600.0], itl_ms_p95=[10.0, 20.0, 40.0])
+    first, second = explain.latency_sentences(table)
+    assert first.startswith("P95 time to first token (TTFT) grows from 100 ms at batch 1 to 1 600 ms at batch 4 (16×)")
+    assert second == ("P95 inter-token latency (ITL) grows from 10 ms at batch 1 to 40 ms at batch 4, so each "
+                      "user's stream goes from about 100 to 25 tokens/s (1000 / ITL).")
+
+
+def test_latency_missing_columns_are_named() -> None:
+    first, second = explain.latency_sentences(points(output_tokens_per_s=[1.0, 2.0]))
+    assert "recorded no time to first token" in first
+    assert "recorded no inter-token latency" in second
+
+
+# ---- step 3: utilisation ----
+
+def test_busy_time_saturates_before_throughput_and_gpm_at_the_best_batch() -> None:
+    table = points(output_tokens_per_s=[100.0, 200.0, 400.0, 800.0], gpu_util_pct=[50.0, 95.0, 99.0, 99.0],
+                   sm_util_pct=[5.0, 10.0, 20.0, 40.0], tensor_active_pct=[1.0, 2.0, 3.0, 5.0],
+                   dram_bw_util_pct=[10.0, 20.0, 40.0, 60.0])
+    first, second = explain.utilisation_sentences({"device": "cuda"}, table)
+    assert first.startswith("GPU busy-time (NVML) first reaches 90 % at batch 2 (95 %), yet throughput keeps "
+                            "rising until batch 8 (800 tok/s, 4.0× what batch 2 gave)")
+    assert second == ("At batch 8, where throughput is best, the GPM counters say the SMs are active 40 % of the "
+                      "time, the tensor cores 5 % and DRAM bandwidth is 60 % used: the GPU is mostly moving "
+                      "memory, not doing matrix math.")
+
+
+def test_busy_time_that_never_saturates_and_missing_gpm() -> None:
+    table = points(output_tokens_per_s=[10.0, 30.0], gpu_util_pct=[8.0, 15.0])
+    first, second = explain.utilisation_sentences({}, table)
+    assert first == ("GPU busy-time (NVML) never reaches 90 %: its highest is 15 % at batch 2, while throughput "
+                     "peaks at batch 2 (30 tok/s).")
+    assert second.startswith("This run has no GPM counters") and second.endswith("there it reads 15 %.")
+
+
+def test_cpu_runs_say_which_cpu_numbers_exist() -> None:
+    table = points(output_tokens_per_s=[10.0, 30.0], cpu_pct=[50.0, 80.0], rss_bytes_max=[GiB, 2 * GiB],
+                   gpu_util_pct=[float("nan")] * 2)
+    first, second = explain.utilisation_sentences({"device": "cpu"}, table)
+    assert first.startswith("This run recorded no GPU utilisation (device: cpu)")
+    assert second == ("What it has instead: process CPU % going from 50 % at batch 1 to 80 % at batch 2 and "
+                      "peak resident memory up to 2.0 GiB.")
+    assert "no CPU numbers either" in explain.utilisation_sentences({}, points(output_tokens_per_s=[1.0]))[1]
+
+
+# ---- step 4: memory ----
+
+def memory_points(status: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    table = points(mem_weights=[2 * GiB] * 3, mem_kv_used=[GiB, 2 * GiB, 4 * GiB],
+                   mem_kv_allocated=[GiB, 2 * GiB, 4 * GiB], active_tokens_mean=[1000.0, 2000.0, 4000.0],
+                   mem_capacity=[12 * GiB] * 3, status=status)
+    split = pd.DataFrame({"batch_size": [1, 1, 2, 2, 4, 4], "status": [status[0]] * 2 + [status[1]] * 2 + [status[2]] * 2,
+                          "part": ["weights", "kv_used"] * 3,
+                          "bytes": [2 * GiB, GiB, 2 * GiB, 2 * GiB, 2 * GiB, 4 * GiB]})
+    return table, split
+
+
+def test_memory_weights_fixed_kv_grows_and_capacity_reach() -> None:
+    table, split = memory_points(["ok", "ok", "ok"])
+    first, second = explain.memory_sentences(table, split)
+    assert first == ("The weights take 2.0 GiB at every batch size, while the KV cache grows with the tokens in "
+                     "flight: 1.0 GiB for 1 000 tokens at batch 1, 4.0 GiB for 4 000 tokens at batch 4.")
+    # 6 GiB used of 12, 1 GiB of KV per request: 6 more requests fit, so the line is near batch 4 + 6 = 10.
+    assert second == ("No batch ran out of memory; the largest, 4, used 6.0 GiB of the 12.0 GiB on the device "
+                      "(50 %), and at 1.0 GiB of KV cache per request the capacity line would be reached near batch 10.")
+
+
+def test_memory_names_the_oom_point_and_missing_split() -> None:
+    table, split = memory_points(["ok", "ok", "oom"])
+    assert explain.memory_sentences(table, split)[1] == (
+        "Batch 4 ran out of memory; the largest batch that fit, 2, used 4.0 GiB of the 12.0 GiB on the device (33 %).")
+    empty = pd.DataFrame(columns=["batch_size", "status", "part", "bytes"])
+    first, second = explain.memory_sentences(points(output_tokens_per_s=[1.0]), empty)
+    assert "recorded no memory split" in first and "no memory measurement" in second
+
+
+# ---- step 5: roofline ----
+
+def test_roofline_share_bound_and_ridge() -> None:
+    table = points(decode_step_ms=[2.0, 4.0, 8.0], predicted_step_ms=[1.0, 1.5, 2.0],
+                   roofline_pct=[50.0, 37.5, 25.0], bound=["memory"] * 3)
+    run = {"model": {"weight_bytes": GiB}}
+    first, second = explain.roofline_sentences(run, table, analysis(table, ridge=64.0))
+    assert first == ("A decode step takes 2 ms at batch 1 against a floor of 1 ms (50 % of roofline), and 8 ms at "
+                     "batch 4 against a floor of 2 ms (25 % of roofline).")
+    assert second == ("Every measured batch is memory-bound: each step reads the 1.0 GiB of weights however many "
+                      "rows it serves, so the floor only grows from 1 ms to 2 ms over a 4× larger batch; the ridge, "
+                      "where compute time catches up with memory time, lies near batch 64, beyond the largest "
+                      "measured (4).")
+    mixed = table.assign(bound=["memory", "memory", "compute"])
+    assert explain.roofline_sentences(run, mixed, analysis(mixed, ridge=3.0))[1].startswith(
+        "Batches below 4 are memory-bound and from 4 on compute-bound; the ridge")
+
+
+def test_roofline_without_model_facts_or_steps() -> None:
+    first, second = explain.roofline_sentences({}, points(decode_step_ms=[2.0, 3.0]), None)
+    assert first.startswith("This run has no roofline") and "2 ms at batch 1 and 3 ms at batch 2" in first
+    assert "not called" in second
+    assert "recorded no decode step" in explain.roofline_sentences({}, points(output_tokens_per_s=[1.0]), None)[0]
+
+
+# ---- step 6: working point ----
+
+def test_working_point_under_an_slo() -> None:
+    slo = SLO("ttft", 95, 500.0)
+    table = points(output_tokens_per_s=[100.0, 300.0, 400.0], ttft_ms_p95=[100.0, 400.0, 900.0])
+    first, second = explain.working_point_sentences(table, analysis(table, slo_limit=2, working_point=2, slo=slo), slo)
+    assert first == "Under a P95 TTFT SLO of 500 ms, batch 2 is the largest that meets it (400 ms); batch 4 takes 900 ms."
+    assert second == ("The working point is batch 2: 300 tok/s at 400 ms P95 TTFT, 75 % of the best measured "
+                      "(400 tok/s at batch 4); the SLO, not throughput, sets it.")
+    loose = SLO("ttft", 95, 1000.0)
+    assert explain.working_point_sentences(table, analysis(table, slo_limit=4, working_point=4, slo=loose), loose) == (
+        "Every measured batch meets a P95 TTFT SLO of 1 000 ms, up to batch 4 at 900 ms.",
+        "The working point is batch 4: 400 tok/s at 900 ms P95 TTFT, the best measured; it is the largest batch measured.")
+
+
+def test_working_point_missing_cases() -> None:
+    table = points(output_tokens_per_s=[100.0, 300.0], ttft_ms_p95=[600.0, 900.0])
+    tight = SLO("ttft", 95, 500.0)
+    first, second = explain.working_point_sentences(table, analysis(table, slo=tight), tight)
+    assert first == "No batch meets a P95 TTFT SLO of 500 ms: even batch 1 takes 600 ms."
+    assert second == "So there is no working point: no batch at or before the plateau meets the 500 ms P95 TTFT SLO."
+    assert explain.working_point_sentences(table, analysis(table, working_point=2), None)[0] == \
+        "No latency SLO is set, so every batch is allowed on latency."
+    itl = SLO("itl", 99, 50.0)
+    assert "recorded no P99 ITL latency" in explain.working_point_sentences(table, analysis(table, slo=itl), itl)[0]
+
+
+# ---- fast vs hf-generate ----
+
+def test_contrast_step_ratio_and_overhead() -> None:
+    fast = points(output_tokens_per_s=[800.0, 1500.0], decode_step_ms=[1.0, 1.1], gpu_util_pct=[70.0, 95.0])
+    hf = points(output_tokens_per_s=[60.0, 110.0, 200.0], decode_step_ms=[12.0, 13.0, 14.0],
+                gpu_util_pct=[10.0, 15.0, 20.0])
+    step = explain.contrast({"engine": "fast", "model_name": "llama"}, fast, {"engine": "hf-generate"}, hf)
+    assert step is not None and step.key == "contrast"
+    step.chart.to_dict()
+    assert step.sentences[0] == ("At batch 1, the smallest both ran, a hf-generate decode step takes 12 ms against "
+                                 "fast's 1 ms: 12× as long for the same llama weights.")
+    assert step.sentences[1].startswith("There hf-generate keeps the GPU busy only 10 % of the time (fast: 70 %)")
+    assert "keeps climbing until batch 4 (200 tok/s)" in step.sentences[1]
+
+
+def test_contrast_without_shared_batches_or_utilisation() -> None:
+    fast = points(decode_step_ms=[1.0])
+    far = points(decode_step_ms=[5.0, 6.0]).assign(batch_size=[8, 16])
+    assert explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate"}, far) is None
+    step = explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate"}, points(decode_step_ms=[5.0]))
+    assert step.sentences[1].startswith("hf-generate recorded no GPU utilisation at batch 1")
+
+
+# ---- the demo runs: whole steps, and the page's choices ----
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    store = Store(tmp_path_factory.mktemp("explain") / "history.duckdb")
+    import_demo_runs(store, DEMO)
+    return store
+
+
+def test_every_demo_run_gives_six_steps_each_a_chart_and_two_sentences(demo_store: Store) -> None:
+    slo = SLO("ttft", 95, 500.0)
+    stories = {}
+    for run_id in demo_store.runs()["run_id"]:
+        data = load_run(demo_store, run_id, slo)
+        steps = explain.explain_steps(data.run, data.table, data.analysis, data.split, slo)
+        assert [s.key for s in steps] == ["throughput", "latency", "utilisation", "memory", "roofline", "working_point"]
+        for step in steps:
+            assert "$schema" in step.chart.to_dict()
+            assert len(step.sentences) == 2 and all(s.endswith(".") for s in step.sentences), step.sentences
+        stories[run_id] = [s.sentences for s in steps]
+    for key in range(6):  # each step's text comes from the run: no two runs tell it the same way
+        told = [story[key] for story in stories.values()]
+        assert len(set(told)) == len(told), key
+
+
+def test_default_run_and_partner_prefer_demo_fast_and_same_lengths(demo_store: Store) -> None:
+    runs = demo_store.runs()
+    chosen = explain_view.default_run(runs)
+    demo_fast = runs[(runs["engine"] == "fast") & runs["demo"]]
+    assert chosen in set(demo_fast["run_id"])
+    assert runs.set_index("run_id").loc[chosen, "points_ok"] == demo_fast["points_ok"].max()
+    run = demo_store.run(chosen)
+    partner = explain_view.partner_run(run, runs, lambda rid: demo_store.run(rid)["spec"])
+    partner_run = demo_store.run(partner)
+    assert partner_run["engine"] == "hf-generate" and partner_run["model_name"] == run["model_name"]
+    plain = runs.assign(demo=False)
+    assert explain_view.default_run(plain) == plain.iloc[0]["run_id"]  # no demo runs: the newest
+
+
+def test_partner_prefers_same_lengths_then_demo_then_more_points() -> None:
+    runs = pd.DataFrame({"run_id": ["a", "b", "c", "d", "e"], "engine": ["hf-generate"] * 4 + ["fast"],
+                         "model": ["m", "m", "m", "other", "m"], "dtype": ["bf16"] * 5,
+                         "demo": [True, False, True, True, True], "points_ok": [9, 3, 2, 9, 9]})
+    specs = {"a": {"prompt_len": "fixed:8"}, "b": {"prompt_len": "fixed:16"}, "c": {"prompt_len": "fixed:16"}}
+    run = {"engine": "fast", "model_name": "m", "dtype": "bf16", "spec": {"prompt_len": "fixed:16"}}
+    assert explain_view.partner_run(run, runs, specs.get) == "c"  # same lengths, and a demo run
+    assert explain_view.partner_run({**run, "spec": {"prompt_len": "fixed:99"}}, runs, specs.get) == "a"
+    assert explain_view.partner_run({**run, "engine": "vllm"}, runs, specs.get) is None
+
+
+def test_slo_range_spans_the_runs_latency() -> None:
+    low, high, start = explain_view.slo_range(points(ttft_ms_p95=[100.0, 400.0, 1600.0]), "ttft_ms_p95")
+    assert (low, high, start) == (80.0, 2000.0, 400.0)
+    assert explain_view.slo_range(points(itl_ms_p95=[1.0]), "ttft_ms_p95") is None
+    assert explain_view.slider_step(80.0, 2000.0) == 1.0
+
+
+# ---- the page ----
+
+def open_explain(at):
+    at.switch_page("pages/explain.py")
+    return at.run()
+
+
+def step_sentences(at) -> list[str]:
+    return [m for m in texts(at, "markdown") if not m.startswith("<div")]
+
+
+def test_explain_page_with_the_demo_runs(home, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    monkeypatch.setenv("BATCHSCOPE_DEMO", str(DEMO))
+    at = open_explain(app())
+    no_traceback(at)
+    assert not at.error, texts(at, "error")
+    titles = texts(at, "subheader")
+    assert len(titles) == 7 and titles[-1].startswith("7. fast vs hf-generate"), titles
+    assert len(at.get("vega_lite_chart")) == 7
+    sentences = step_sentences(at)
+    assert len(sentences) == 14 and all(sentences), sentences
+    slo_sentence = sentences[10]
+    slider = at.slider[0]
+    slider.set_value(slider.min).run()
+    no_traceback(at)
+    assert step_sentences(at)[10] != slo_sentence
+
+    at.toggle(key="explain_present").set_value(True).run()
+    no_traceback(at)
+    assert "step 1 of 7" in texts(at, "markdown")[0]
+    assert len(at.get("vega_lite_chart")) == 1
+    at.button(key="explain_next").click().run()
+    at.button(key="explain_next").click().run()
+    assert "step 3 of 7" in texts(at, "markdown")[0]
+    assert texts(at, "markdown")[1].startswith("## 3. Utilisation")
+    at.button(key="explain_previous").click().run()
+    no_traceback(at)
+    assert "step 2 of 7" in texts(at, "markdown")[0]
+    assert len([m for m in texts(at, "markdown") if m.startswith("### ")]) == 2
+
+
+def test_explain_page_with_a_tiny_cpu_run(home, tiny_run: Path) -> None:  # noqa: F811
+    ingest_run(manager(home).store, tiny_run)
+    at = open_explain(app())
+    no_traceback(at)
+    assert not at.error, texts(at, "error")
+    assert len(texts(at, "subheader")) == 6  # no fast run of the tiny model: no contrast
+    assert len(at.get("vega_lite_chart")) == 6
+    sentences = step_sentences(at)
+    assert len(sentences) == 12
+    assert any(s.startswith("This run recorded no GPU utilisation (device: cpu)") for s in sentences)
+    assert "no engine contrast" in " ".join(texts(at, "caption"))
+
+
+def test_explain_page_with_no_runs(home) -> None:  # noqa: F811
+    at = open_explain(app())
+    no_traceback(at)
+    assert "No runs yet" in " ".join(texts(at, "info"))

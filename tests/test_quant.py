@@ -1,0 +1,179 @@
+"""Weight quantisation: per-channel round-trip bounds, the linear ops, byte counts, the accuracy
+guard, the dtype checks and one int8 sweep end to end on CPU."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from batchscope.analysis.model_facts import model_facts, quant_note
+from runners import devices, models, quant
+from runners.calibrate import calibrate, spec_sheet
+from runners.engines import fast_quant
+from runners.engines.fast import FastEngine
+from runners.presets import PRESETS
+from runners.quant_layout import QUANT_DTYPES
+from runners.spec import SpecError, validate
+from tests.runner_helpers import run_runner
+
+
+def weights(rows: int = 48, cols: int = 256, seed: int = 0) -> torch.Tensor:
+    """Rows whose ranges differ by 10⁴, one outlier and one all-zero row: per-channel must cope."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(rows, cols, generator=gen) * torch.logspace(-3, 1, rows)[:, None]
+    w[5, 7] = 50.0
+    w[9] = 0.0
+    return w
+
+
+def test_scales_are_one_float32_per_output_channel() -> None:
+    w = weights()
+    for dtype, qtype, top in (("int8", torch.int8, 127.0), ("fp8", torch.float8_e4m3fn, 448.0)):
+        qw = quant.quantize(w, dtype)
+        assert qw.q.dtype == qtype and qw.q.shape == w.shape and qw.q.is_contiguous()
+        assert qw.scale.shape == (w.shape[0],) and qw.scale.dtype == torch.float32
+        amax = w.abs().amax(dim=1)
+        torch.testing.assert_close(qw.scale[amax > 0], amax[amax > 0] / top)
+        assert torch.isfinite(qw.scale).all() and (quant.dequantize(qw)[9] == 0).all()
+
+
+def test_int8_round_trip_is_within_half_a_step_of_each_row() -> None:
+    w = weights()
+    err = (quant.dequantize(quant.quantize(w, "int8")) - w).abs()
+    bound = 0.5 / 127 * w.abs().amax(dim=1, keepdim=True) * (1 + 1e-6)
+    assert (err <= bound).all()
+    assert err.max() > 0.25 * bound.max()  # it does round: not a lossless no-op
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp8-dynamic"])
+def test_fp8_round_trip_keeps_three_mantissa_bits(dtype: str) -> None:
+    """e4m3 rounds a normal value to 3 mantissa bits (error ≤ 2⁻⁴ of it); below the smallest normal
+    (2⁻⁶ on the 448 scale) the step is 2⁻⁹, so the absolute error there is ≤ 2⁻¹⁰ × scale."""
+    w = weights()
+    qw = quant.quantize(w, dtype)
+    err = (quant.dequantize(qw) - w).abs()
+    scale = qw.scale[:, None]
+    assert (err <= 2**-4 * w.abs() + 2**-10 * scale * (1 + 1e-6)).all()
+    normal = w.abs() / scale >= 2**-6
+    assert (err[normal] / w.abs()[normal] <= 2**-3).all()
+    torch.testing.assert_close(quant.dequantize(qw).abs().amax(dim=1), w.abs().amax(dim=1))
+
+
+@pytest.mark.parametrize("dtype, bound", [("int8", 0.01), ("fp8", 0.05)])
+def test_weight_only_linear_matches_the_float_reference(dtype: str, bound: float) -> None:
+    w, x = weights(64, 256) / 10, torch.randn(2, 3, 256, dtype=torch.bfloat16)
+    bias = torch.randn(64, dtype=torch.bfloat16)
+    qw = quant.quantize(w, dtype)
+    out = quant.linear(x, qw, bias)
+    assert out.dtype == torch.bfloat16 and out.shape == (2, 3, 64)
+    exact = x.float() @ quant.dequantize(qw).T + bias.float()  # the quantised matrix, in float32
+    assert rel_error(out, exact) < 0.01  # only bfloat16 rounding between them
+    assert rel_error(out, x.float() @ w.T + bias.float()) < bound  # plus the quantisation error
+
+
+@pytest.mark.parametrize("rows", [1, 3, 17])
+def test_fp8_dynamic_linear_through_scaled_mm(rows: int) -> None:
+    """torch._scaled_mm with rowwise scales also runs on CPU, so the math is checked here too."""
+    w, x = weights(64, 256) / 10, torch.randn(rows, 256, dtype=torch.bfloat16)
+    qw = quant.quantize(w, "fp8-dynamic")
+    out = quant.linear(x, qw)
+    assert out.dtype == torch.bfloat16 and out.shape == (rows, 64)
+    assert rel_error(out, x.float() @ quant.dequantize(qw).T) < 0.06  # activations rounded to e4m3 too
+
+
+def test_fp8_dynamic_refuses_shapes_scaled_mm_cannot_take() -> None:
+    with pytest.raises(ValueError, match="divisible by 16"):
+        quant.quantize(torch.ones(24, 40), "fp8-dynamic")
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("dtype", sorted(QUANT_DTYPES))
+def test_model_facts_quantised_bytes_agree_with_runner_describe(preset: str, dtype: str) -> None:
+    facts = model_facts(preset, dtype)
+    assert facts == asdict(models.describe(preset, models.model_config(preset), dtype))
+    assert facts["kv_bytes_per_token"] == model_facts(preset, "bfloat16")["kv_bytes_per_token"]
+    assert facts["weight_bytes"] < model_facts(preset, "bfloat16")["weight_bytes"]
+
+
+def test_quantised_bytes_of_tiny_by_hand() -> None:
+    # per layer: wqkv 128×64 + wo 64×64 + w13 256×64 + w2 64×128 = 36 864 one-byte elements over
+    # 128 + 64 + 256 + 64 = 512 rows (float32 scales); 2 layers → 73 728 B + 1 024 × 4 B; the other
+    # 139 584 − 73 728 = 65 856 parameters (embeddings, lm_head, norms) stay bfloat16 → 131 712 B
+    assert model_facts("tiny", "int8")["weight_bytes"] == 73_728 + 4_096 + 131_712
+
+
+@pytest.mark.parametrize("dtype", ["int8", "fp8"])
+def test_engine_quantises_frees_bf16_and_counts_the_bytes_describe_predicts(dtype: str) -> None:
+    loaded = models.load("tiny", dtype, torch.device("cpu"))
+    assert loaded.dtype == torch.bfloat16
+    engine = FastEngine(loaded)
+    assert loaded.info.weight_bytes == model_facts("tiny", dtype)["weight_bytes"]
+    assert all(m.weight.numel() == 0 for m in loaded.model.model.layers.modules()
+               if isinstance(m, torch.nn.Linear))
+    assert 0 < loaded.info.quant_logits_rel_error < (0.03 if dtype == "int8" else 0.08)
+    assert f"weights {dtype}" in engine.version()
+
+
+def test_guard_flags_a_broken_quantisation(monkeypatch: pytest.MonkeyPatch) -> None:
+    def off_by_two(w: torch.Tensor, dtype: str) -> quant.QuantWeight:
+        good = quant.quantize(w, dtype)
+        return good._replace(scale=good.scale * 2)
+
+    monkeypatch.setattr(fast_quant, "quantize", off_by_two)
+    loaded = models.load("tiny", "int8", torch.device("cpu"))
+    FastEngine(loaded)
+    assert loaded.info.quant_logits_rel_error > 0.3
+
+
+def test_hf_generate_rejects_quantised_dtypes() -> None:
+    for dtype in QUANT_DTYPES:
+        with pytest.raises(SpecError) as err:
+            validate({"model": "tiny", "dtype": dtype, "engine": "hf-generate"})
+        assert err.value.field == "engine" and "fast" in err.value.message
+        assert validate({"model": "tiny", "dtype": dtype, "engine": "fast"}).dtype == dtype
+
+
+def test_cpu_runs_int8_and_fp8_weight_only_but_not_fp8_dynamic() -> None:
+    cpu = torch.device("cpu")
+    devices.check_dtype(cpu, "int8")
+    devices.check_dtype(cpu, "fp8")
+    with pytest.raises(SpecError, match="fp8-dynamic needs a CUDA GPU") as err:
+        devices.check_dtype(cpu, "fp8-dynamic")
+    assert err.value.field == "dtype"
+
+
+def test_cli_rejects_fp8_dynamic_on_cpu_before_writing_anything(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = run_runner(out, "--model", "tiny", "--engine", "fast", "--dtype", "fp8-dynamic", "--device", "cpu")
+    assert result.returncode == 2
+    assert "fp8-dynamic needs a CUDA GPU" in result.stderr and not (out / "spec.json").exists()
+
+
+def test_int8_sweep_end_to_end_records_quantised_weights_and_the_guard(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = run_runner(out, "--model", "tiny", "--engine", "fast", "--dtype", "int8", "--device", "cpu",
+                        "--batch-sizes", "1,4", "--prompt-len", "fixed:16", "--output-len", "fixed:6",
+                        "--repeats", "1", "--warmup", "0")
+    assert result.returncode == 0, result.stderr
+    model = json.loads((out / "model.json").read_text())
+    assert model["dtype"] == "int8" and model["weight_bytes"] == model_facts("tiny", "int8")["weight_bytes"]
+    assert 0 < model["quant_logits_rel_error"] < 0.03
+    assert json.loads((out / "calibration.json").read_text())["dtype"] == "bfloat16"  # the math is bf16
+    assert "int8 weights" in (out / "log.txt").read_text()
+    summary = pq.read_table(out / "points" / "p0001.summary.parquet").to_pylist()[0]
+    assert summary["status"] == "ok" and summary["mem_weights"] == model["weight_bytes"]
+    assert "int8 weights" in quant_note(model) and quant_note(model_facts("tiny", "bfloat16")) is None
+
+
+def test_fp8_matmul_calibration_probe_and_spec_table() -> None:
+    result = calibrate(torch.device("cpu"), torch.float8_e4m3fn)
+    assert result["dtype"] == "float8_e4m3fn" and result["matmul_flops_per_s"] > 0
+    assert spec_sheet("NVIDIA H200", "float8_e4m3fn")["matmul_flops_per_s"] == 1979e12  # dense, data sheet
+
+
+def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(got.float() - ref) / torch.linalg.vector_norm(ref))
