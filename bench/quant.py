@@ -28,7 +28,6 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from batchscope.analysis import analyse  # noqa: E402
 from batchscope.runfolder import RunFolder  # noqa: E402
 
 CHAT = ["--prompt-len", "lognormal:512:0.6", "--output-len", "lognormal:256:0.5", "--seed", "0"]
@@ -84,6 +83,8 @@ def summarise(folder: Path) -> dict:
               "model": model, "calibration": calibration, "points": [], "markers": {}}
     if not rows:
         return result
+    from batchscope.analysis import analyse  # needs kneed, which the GPU image lacks: report there with --report-only
+
     analysis = analyse(pd.DataFrame(rows), model, calibration)
     cols = ["batch_size", "status", "decode_step_ms", "predicted_step_ms", "step_ratio", "output_tokens_per_s",
             "ttft_ms_p50", "itl_ms_p50", "mem_weights", "mem_kv_allocated", "mem_activations",
@@ -157,7 +158,11 @@ def main() -> None:
         folders = {d: runs / f"{args.model}-{d}-fast-chat" for d in args.dtypes.split(",")}
     else:
         folders = run_sweeps(args, runs)
-    results = {d: summarise(f) for d, f in folders.items() if f.is_dir()}
+    try:
+        results = {d: summarise(f) for d, f in folders.items() if f.is_dir()}
+    except ImportError as err:
+        sys.exit(f"sweeps are in {runs}; the report needs {err.name}: bring the folder back and run "
+                 f"`python bench/quant.py --report-only --out {args.out}` where BatchScope is installed")
     (args.out / "quant.json").write_text(json.dumps(results, indent=2, default=str))
     text = markdown(results, args.model)
     (args.out / "quant.md").write_text(text)
