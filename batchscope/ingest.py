@@ -34,8 +34,12 @@ def ingest_run(store: Store, folder: str | Path, demo: bool = False) -> IngestRe
     if spec is None and status is None:
         report.warnings.extend(run.warnings or [f"{run.path}: no spec.json or status.json, not a run folder; skipped"])
         return report
+    stored = store.run(run.run_id)
+    if stored is not None and _different_run(stored, spec, run.path):
+        report.warnings.append(f"{run.path}: another run named {run.run_id!r} is already stored (from "
+                               f"{stored.get('folder')}); rename this folder and import it again; skipped")
+        return report
     if status is None:
-        stored = store.run(run.run_id)
         status = (stored or {}).get("status") or {}
     store.upsert_run(run.run_id, run.path.resolve(), spec or {}, status, run.env(), run.model(),
                      run.calibration(), demo=demo)
@@ -47,6 +51,14 @@ def ingest_run(store: Store, folder: str | Path, demo: bool = False) -> IngestRe
             report.points_added += 1
     report.warnings.extend(run.warnings)
     return report
+
+
+def _different_run(stored: dict, spec: dict | None, path: Path) -> bool:
+    """Two folders with one basename: the same run moved (same creation time) or two runs (refuse)."""
+    if Path(str(stored.get("folder"))).resolve() == path.resolve():
+        return False
+    created = (spec or {}).get("created_at")
+    return created is None or created != (stored.get("spec") or {}).get("created_at")
 
 
 def _ingest_point(store: Store, run: RunFolder, index: int, report: IngestReport) -> bool:

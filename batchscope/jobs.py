@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from runners import spec as runner_spec
+from runners.continuous_spec import point_count
 
 from batchscope import config
 from batchscope.ingest import ingest_run
@@ -59,8 +60,9 @@ def make_run_id(label: str, moment: datetime) -> str:
     return f"{moment:%Y%m%d-%H%M%S}-{slug or 'run'}-{secrets.token_hex(3)}"
 
 
-def runner_alive(pid: int | None) -> bool:
-    """True when `pid` is a live (not zombie) process that is a BatchScope runner, as far as we can tell."""
+def runner_alive(pid: int | None, run_id: str | None = None) -> bool:
+    """True when `pid` is a live (not zombie) BatchScope runner — of this run when `run_id` is given,
+    so a pid reused by another runner after a reboot is not taken for ours."""
     if not pid:
         return False
     try:
@@ -77,7 +79,7 @@ def runner_alive(pid: int | None) -> bool:
         cmdline = (proc / "cmdline").read_bytes()
     except (OSError, IndexError):
         return False
-    return state != "Z" and b"runners" in cmdline
+    return state != "Z" and b"runners" in cmdline and (run_id is None or run_id.encode() in cmdline)
 
 
 def _iso(moment: datetime) -> str:
@@ -99,16 +101,20 @@ class _Active:
     def exited(self) -> bool:
         if self.popen is not None:
             return self.popen.poll() is not None
-        return not runner_alive(self.pid)
+        return not runner_alive(self.pid, self.run_id)
 
     def returncode(self) -> int | None:
         return self.popen.returncode if self.popen is not None else None
 
     def send(self, sig: signal.Signals) -> None:
-        if self.popen is not None:
-            if self.popen.poll() is None:
-                self.popen.send_signal(sig)
-        elif runner_alive(self.pid):
+        """SIGTERM to the runner (it stops at a step boundary); SIGKILL to its whole process group
+        (it runs in its own session), so nothing it started outlives it."""
+        alive = self.popen.poll() is None if self.popen is not None else runner_alive(self.pid, self.run_id)
+        if not alive:
+            return
+        if sig == signal.SIGKILL:
+            os.killpg(self.pid, sig)
+        else:
             os.kill(self.pid, sig)
 
     def stderr_tail(self) -> str | None:
@@ -182,7 +188,7 @@ class JobManager:
         folder.mkdir(parents=True)
         spec_out = {**validated, "run_id": run_id, "created_at": _iso(created)}
         status = {"state": "queued", "run_id": run_id, "pid": None, "points_done": 0,
-                  "points_total": len(validated["batch_sizes"]), "current": None, "started_at": None,
+                  "points_total": point_count(runner_spec.SweepSpec(**validated)), "current": None, "started_at": None,
                   "heartbeat_at": None, "finished_at": None, "error": None, "stopped_early": None}
         write_json_atomic(folder / "spec.json", spec_out)
         write_json_atomic(folder / "status.json", status)
@@ -267,9 +273,9 @@ class JobManager:
             state = status.get("state")
             if state == "running":
                 pid = status.get("pid")
-                if runner_alive(pid) and self._adopt(run_id, folder, pid, run.spec() or {}):
+                if runner_alive(pid, run_id) and self._adopt(run_id, folder, pid, run.spec() or {}):
                     continue
-                if runner_alive(pid):
+                if runner_alive(pid, run_id):
                     continue
                 status.update(state="interrupted", current=None, finished_at=_iso(utc_now()),
                               error=f"runner process {pid} ended without finishing "
@@ -363,6 +369,11 @@ class JobManager:
             stderr.close()
             self._settle_unlaunched(run_id, "failed", f"could not start the runner: {error}")
             return None
+        # Record the pid at once: until the runner writes its own status (after importing torch), an
+        # app restart must see a live runner here, not a queued run to launch a second time.
+        status = RunFolder(folder).status() or {"run_id": run_id}
+        write_json_atomic(folder / "status.json", {**status, "state": "running", "pid": popen.pid,
+                                                   "heartbeat_at": _iso(utc_now())})
         return _Active(run_id, folder, popen=popen, pid=popen.pid, stderr=stderr)
 
     def _adopt(self, run_id: str, folder: Path, pid: int, spec: dict[str, Any]) -> bool:

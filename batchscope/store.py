@@ -357,9 +357,14 @@ class Store:
             raise KeyError(run_id)
 
     def delete(self, run_id: str, delete_folder: bool = False) -> None:
-        """Remove every row of a run; with delete_folder, also its run folder (only if it is one)."""
+        """Remove every row of a run; with delete_folder, also its run folder.
+
+        A folder is only ever removed when the app made it: inside the runs folder, named after the
+        run, not a shipped demo run. Anything else (an imported folder, data/demo) raises ValueError
+        before any row is touched, so a refused delete changes nothing.
+        """
+        folder = self._deletable_folder(run_id) if delete_folder else None
         with self._write_lock:
-            row = self._con.execute("SELECT folder FROM runs WHERE run_id = ?", [run_id]).fetchone()
             self._con.execute("BEGIN TRANSACTION")
             try:
                 for table in ("points", *POINT_TABLES, "runs"):
@@ -368,12 +373,22 @@ class Store:
             except BaseException:
                 self._con.execute("ROLLBACK")
                 raise
-        if delete_folder and row and row[0]:
-            folder = Path(row[0])
-            is_run_folder = folder.name == run_id and (
-                (folder / "spec.json").is_file() or (folder / "status.json").is_file())
-            if is_run_folder:
-                shutil.rmtree(folder)
+        if folder is not None:
+            shutil.rmtree(folder)
+
+    def _deletable_folder(self, run_id: str) -> Path | None:
+        row = self._cursor().execute("SELECT folder, demo FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is None or not row[0]:
+            return None
+        folder, demo = Path(row[0]).resolve(), bool(row[1])
+        if demo:
+            raise ValueError("a demo run's folder ships with BatchScope and is never deleted; "
+                             "delete the run from the history only")
+        if not folder.is_relative_to(config.runs_dir().resolve()) or folder.name != run_id:
+            raise ValueError(f"{folder} was imported from outside the runs folder "
+                             f"({config.runs_dir()}); BatchScope only deletes folders it made")
+        is_run_folder = (folder / "spec.json").is_file() or (folder / "status.json").is_file()
+        return folder if is_run_folder else None
 
     def add_point(self, run_id: str, point_index: int, summary: pa.Table,
                   details: Mapping[str, pa.Table]) -> bool:

@@ -111,10 +111,14 @@ with delete_col:
             if target in resources.jobs().active() + resources.jobs().queue():
                 st.error("This run is still queued or running: cancel it on its Run page first.")
             else:
-                store.delete(target, delete_folder=also_folder)
-                st.session_state.pop("confirm_delete", None)
-                st.toast(f"Deleted {target}.")
-                st.rerun()
+                try:
+                    store.delete(target, delete_folder=also_folder)
+                except ValueError as problem:
+                    st.error(str(problem))
+                else:
+                    st.session_state.pop("confirm_delete", None)
+                    st.toast(f"Deleted {target}.")
+                    st.rerun()
         if no_col.button("Keep it", key="delete_cancel"):
             st.session_state.pop("confirm_delete", None)
             st.rerun()

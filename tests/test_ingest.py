@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -186,3 +187,22 @@ def test_demo_flag_is_stored(tmp_path: Path, store_path: Path) -> None:
         ingest_run(store, folder, demo=True)
         assert list(store.runs(demo=True)["run_id"]) == [folder.name]
         assert store.runs(demo=False).empty
+
+
+def test_a_second_run_with_the_same_folder_name_is_refused(tmp_path: Path) -> None:
+    """Two different sweeps both called `exp`: the second import must not merge into the first."""
+    first = tmp_path / "a" / "exp"
+    second = tmp_path / "b" / "exp"
+    for folder, created in ((first, "2026-01-01T00:00:00+00:00"), (second, "2026-02-02T00:00:00+00:00")):
+        folder.mkdir(parents=True)
+        (folder / "spec.json").write_text(json.dumps({"model": "tiny", "batch_sizes": [1], "created_at": created}))
+        (folder / "status.json").write_text(json.dumps({"state": "done", "run_id": "exp"}))
+    store = Store(tmp_path / "h.duckdb")
+    assert not ingest_run(store, first).warnings
+    report = ingest_run(store, second)
+    assert report.points_added == 0 and "already stored" in report.warnings[0]
+    assert Path(store.run("exp")["folder"]).resolve() == first.resolve()
+    moved = tmp_path / "c" / "exp"
+    shutil.copytree(first, moved)  # the same run, moved: accepted
+    assert not ingest_run(store, moved).warnings
+    store.close()

@@ -145,3 +145,12 @@ def test_a_gain_just_over_the_threshold_is_not_rounded_onto_it() -> None:
     call = plateau(ok_curve(make_points([1, 2, 4, 8], [100, 200, 1000, 1104])))
     assert call.marker is None
     assert "still adds 10.4 % throughput per doubling" in call.notes[0]
+
+
+def test_kneedle_is_not_fooled_by_an_early_dip():
+    # 31, 30, 53, 134, 286, 536, 743, 1548, 1481 tok/s (hf-generate's real shape): y[0] > y[1] made
+    # kneed's normalised difference positive at batch 1. On the raw chord from (0, 31) to (8, 1481),
+    # batch 1 is an endpoint and only batch 128 lies above it (chord at log2 = 7: 31 + 1450·7/8 ≈ 1300
+    # < 1548), so the knee is 128, never 1.
+    curve = make_points([1, 2, 4, 8, 16, 32, 64, 128, 256], [31, 30, 53, 134, 286, 536, 743, 1548, 1481])
+    assert analyse(curve, None, None).kneedle.batch_size == 128

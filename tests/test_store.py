@@ -47,7 +47,7 @@ def test_new_file_gets_current_schema(tmp_path: Path) -> None:
     path = tmp_path / "fresh.duckdb"
     Store(path).close()
     con = duckdb.connect(str(path))
-    assert schema_version(con) == CURRENT_VERSION == 4
+    assert schema_version(con) == CURRENT_VERSION == 5
     tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert {"runs", "points", "repeats", "requests", "steps", "samples", "calibrations",
             "schema_version"} <= tables
@@ -186,7 +186,9 @@ def test_bad_value_stores_nothing_of_the_point(store: Store, tmp_path: Path) -> 
     assert store.requests("x").empty
 
 
-def test_delete_removes_rows_and_only_a_run_folder(store: Store, tmp_path: Path) -> None:
+def test_delete_removes_rows_and_only_a_run_folder(store: Store, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BATCHSCOPE_RUNS", str(tmp_path / "runs"))
     folder = tmp_path / "runs" / "gone"
     folder.mkdir(parents=True)
     (folder / "spec.json").write_text("{}")
@@ -198,12 +200,25 @@ def test_delete_removes_rows_and_only_a_run_folder(store: Store, tmp_path: Path)
     assert store.requests("gone").empty and store.points(["gone"]).empty
     assert not folder.exists()
 
-    not_a_run = tmp_path / "precious"
-    not_a_run.mkdir()
-    store.upsert_run("stays", not_a_run, _spec(), _status(), None, None, None)
-    store.delete("stays", delete_folder=True)
-    assert not_a_run.is_dir()
-    assert store.runs().empty
+
+def test_folders_the_app_did_not_make_are_never_deleted(store: Store, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BATCHSCOPE_RUNS", str(tmp_path / "runs"))
+    imported = tmp_path / "elsewhere" / "imported"
+    imported.mkdir(parents=True)
+    (imported / "spec.json").write_text("{}")
+    store.upsert_run("imported", imported, _spec(), _status(), None, None, None)
+    demo = tmp_path / "runs" / "demo-run"
+    demo.mkdir(parents=True)
+    (demo / "spec.json").write_text("{}")
+    store.upsert_run("demo-run", demo, _spec(), _status(), None, None, None, demo=True)
+    for run_id, reason in (("imported", "outside the runs folder"), ("demo-run", "demo run")):
+        with pytest.raises(ValueError, match=reason):
+            store.delete(run_id, delete_folder=True)
+    assert imported.is_dir() and demo.is_dir()
+    assert sorted(store.runs()["run_id"]) == ["demo-run", "imported"]  # a refused delete changes nothing
+    store.delete("imported")
+    assert imported.is_dir() and list(store.runs()["run_id"]) == ["demo-run"]
 
 
 def test_reads_from_many_threads_while_writing(store: Store, tmp_path: Path) -> None:

@@ -40,7 +40,8 @@ def test_a_valid_form_has_no_problems_and_makes_the_runner_spec() -> None:
 
 @pytest.mark.parametrize(("changes", "field", "words"), [
     ({"model": ""}, "model", "choose a preset"),
-    ({"model": "/no/such/checkpoint"}, "model", "unknown model"),
+    ({"model": str(Path.home() / "no" / "such" / "checkpoint")}, "model", "unknown model"),
+    ({"model": "/etc"}, "model", "outside the allowed model folders"),
     ({"batch_list": ""}, "batch_sizes", "no batch sizes"),
     ({"batch_list": "0,2"}, "batch_sizes", "≥ 1"),
     ({"batch_list": "1,two"}, "batch_sizes", "not a whole number"),
@@ -77,7 +78,7 @@ def test_length_preview_matches_the_seed_and_says_its_numbers() -> None:
 def test_capacity_default_says_where_it_came_from() -> None:
     no_runs = pd.DataFrame(columns=["run_id", "gpu", "gpu_memory_bytes"])
     assert "RAM" in form.default_capacity(no_runs, "cpu").source
-    assert form.default_capacity(no_runs, "auto") == form.Capacity(141 * 10**9, form.default_capacity(
+    assert form.default_capacity(no_runs, "auto") == form.Capacity(150_109_880_320, form.default_capacity(
         no_runs, "auto").source)
     assert "H200" in form.default_capacity(no_runs, "cuda").source
     recorded = pd.DataFrame({"run_id": ["new", "old"], "gpu": ["NVIDIA H100", "NVIDIA A10"],
@@ -128,6 +129,9 @@ def test_points_table_downloads_and_fingerprint() -> None:
     stored = {"run_id": "r", "name": "baseline", "model": {"name": "tiny", "params": 1}, "dtype": "float32",
               "engine": "fast"}
     assert run_view.run_title(stored) == "baseline — tiny · float32 · fast"
+    assert run_view.run_title({**stored, "spec": {"tensor_parallel": 2, "replicas": 1}}) == (
+        "baseline — tiny · float32 · fast · tensor parallel 2")
+    assert run_view.run_title({**stored, "spec": {"tensor_parallel": 1, "replicas": 2}}).endswith("fast · 2 replicas")
 
 
 def test_history_helpers_filter_label_and_refuse_bad_input() -> None:

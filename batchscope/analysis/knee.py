@@ -110,9 +110,13 @@ def kneedle(curve: pd.DataFrame) -> Marker | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         locator = KneeLocator(x, y, curve="concave", direction="increasing", online=True)
+    chord = y[0] + (y[-1] - y[0]) * (x - x[0]) / (x[-1] - x[0])
     for knee in locator.all_knees:
         index = int(np.flatnonzero(np.isclose(x, knee))[0])
-        if locator.y_difference[index] > 0:
+        # kneed's own difference curve uses min/max-normalised y, which is not the first-to-last chord
+        # when the curve dips early, so the chord test is done here on the raw values; the endpoints
+        # lie on the chord by definition and are never a knee
+        if 0 < index < len(x) - 1 and y[index] > chord[index]:
             return _kneedle_marker(curve, index)
     return None
 

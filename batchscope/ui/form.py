@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from batchscope import config
 from batchscope.analysis.memory import predict_memory_for_spec
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.slo import SLO
@@ -17,7 +18,7 @@ from runners.spec import SpecError, parse_batch_sizes, problems, validate
 
 SLO_METRICS = ("ttft", "itl", "e2e")
 SLO_PERCENTILES = (50, 95, 99)
-H200_CAPACITY_BYTES = 141 * 10**9
+H200_CAPACITY_BYTES = 150_109_880_320  # what torch reported on the H200 this project measured on
 GiB = 1024**3
 ESTIMATE_FIELDS = ("model", "dtype", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup", "seed")
 PREVIEW_SAMPLES = 2000
@@ -81,9 +82,10 @@ class SweepForm:
                 "max_num_batched_tokens": self.max_num_batched_tokens, **slo}
 
 
-def check(form: SweepForm, model_roots: list[Path] | None = None) -> dict[str, str]:
-    """Every problem keyed by spec field (plus `slo`), in the runner's own words; empty when launchable."""
-    found = problems(form.spec_dict(), model_roots)
+def check(form: SweepForm) -> dict[str, str]:
+    """Every problem keyed by spec field (plus `slo`), in the runner's own words; empty when launchable.
+    Local checkpoints must lie in the configured model folders, as the job manager demands too."""
+    found = problems(form.spec_dict(), config.model_roots())
     if form.slo_enabled:
         if form.slo_metric not in SLO_METRICS:
             found["slo"] = f"SLO metric must be one of {', '.join(SLO_METRICS)}"
@@ -124,7 +126,7 @@ class Capacity:
 
 def default_capacity(runs: pd.DataFrame, device: str) -> Capacity:
     """What to assume before the user types a number: this machine's RAM for CPU sweeps; else the GPU
-    memory the newest stored GPU run recorded; else an H200's 141 GB, said plainly to be a default."""
+    memory the newest stored GPU run recorded; else an H200's 139.8 GiB, said plainly to be a default."""
     if device == "cpu":
         return Capacity(_total_ram(), "this machine's RAM (from the operating system)")
     known = runs.dropna(subset=["gpu_memory_bytes"]) if "gpu_memory_bytes" in runs else runs.iloc[0:0]
@@ -132,7 +134,7 @@ def default_capacity(runs: pd.DataFrame, device: str) -> Capacity:
         newest = known.iloc[0]
         return Capacity(int(newest["gpu_memory_bytes"]),
                         f"recorded by run {newest['run_id']} on {newest.get('gpu') or 'a GPU'}")
-    return Capacity(H200_CAPACITY_BYTES, "an NVIDIA H200 (141 GB); no GPU run is stored yet, "
+    return Capacity(H200_CAPACITY_BYTES, "an NVIDIA H200 (139.8 GiB usable); no GPU run is stored yet, "
                                          "so enter your GPU's memory")
 
 
@@ -180,7 +182,7 @@ def memory_estimate(form: SweepForm, capacity_bytes: int) -> MemoryEstimate:
     batch that will not fit or is tight, so a sweep that will OOM is flagged before it is launched."""
     raw = {k: v for k, v in form.spec_dict().items() if k in ESTIMATE_FIELDS}
     try:
-        spec = validate(raw)
+        spec = validate(raw, config.model_roots())
         facts = model_facts(spec.model, spec.dtype)
     except SpecError as error:
         return MemoryEstimate(pd.DataFrame(), [], f"No estimate until the {error.field} field is fixed.")
