@@ -38,7 +38,10 @@ def write_parquet(path: Path, rows: list[dict[str, Any]], schema: pa.Schema | No
     """Rows → Parquet via a temp file; an empty list still writes a file with the given schema."""
     table = pa.Table.from_pylist(rows, schema=schema) if rows or schema is None else schema.empty_table()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
+    with open(tmp, "wb") as f:
+        pq.write_table(table, f, compression="zstd")
+        f.flush()
+        os.fsync(f.fileno())  # durable before it becomes visible: a crash never leaves a torn point
     os.replace(tmp, path)
 
 

@@ -57,7 +57,9 @@ def test_two_sweeps_go_queued_running_done_one_after_the_other(manager: JobManag
     assert (waiting["state"], waiting["queue_position"], waiting["points_total"]) == ("queued", 1, 2)
 
     states = []
+    deadline = time.monotonic() + 2 * RUN_TIMEOUT_S
     while not states or states[-1] not in ("done", "failed", "cancelled", "interrupted"):
+        assert time.monotonic() < deadline, f"second run stuck in {states}"
         state = manager.progress(second)["state"]
         if not states or states[-1] != state:
             states.append(state)
