@@ -38,12 +38,14 @@ class Step:
 
 def explain_steps(run: dict[str, Any], table: pd.DataFrame, analysis: Analysis, split: pd.DataFrame,
                   slo: SLO | None) -> list[Step]:
-    """The six steps for one run; `analysis` must have been made with `slo` (step 6 reads its markers)."""
+    """The six steps for one run; `analysis` must have been made with `slo` (step 6 reads its markers).
+    Latency is shown at the SLO's percentile (P95 without an SLO)."""
+    percentile = slo.percentile if slo is not None else 95
     return [
         Step("throughput", "Throughput vs batch size: where the returns diminish",
              explain_charts.throughput_chart(table, analysis), throughput_sentences(table, analysis)),
         Step("latency", "Per-request latency: time to first token and inter-token latency",
-             explain_charts.latency_chart(table), latency_sentences(table)),
+             explain_charts.latency_chart(table, percentile), latency_sentences(table, percentile)),
         Step("utilisation", "Utilisation: GPU busy-time vs throughput",
              explain_charts.utilisation_chart(table), utilisation_sentences(run, table)),
         Step("memory", "Memory: fixed weights, a KV cache that grows with the batch",
@@ -104,30 +106,32 @@ def throughput_sentences(table: pd.DataFrame, analysis: Analysis | None) -> tupl
                      f"the largest batch measured.")
 
 
-def latency_sentences(table: pd.DataFrame) -> tuple[str, str]:
-    """P95 TTFT and ITL at the smallest and largest batch, and the per-user token rate (1000 / ITL)."""
-    ttft = measured(table, "ttft_ms_p95")
+def latency_sentences(table: pd.DataFrame, percentile: int = 95) -> tuple[str, str]:
+    """TTFT and ITL at the chosen percentile at the smallest and largest batch, and the token rate a user
+    at that percentile sees (1000 / ITL)."""
+    ttft_col, itl_col, p = f"ttft_ms_p{percentile}", f"itl_ms_p{percentile}", f"P{percentile}"
+    ttft = measured(table, ttft_col)
     if ttft.empty:
         first = "This run recorded no time to first token (TTFT), so its growth with the batch cannot be shown."
     elif len(ttft) == 1:
-        first = f"P95 time to first token (TTFT) is {ms(ttft.iloc[0]['ttft_ms_p95'])} at batch " \
+        first = f"{p} time to first token (TTFT) is {ms(ttft.iloc[0][ttft_col])} at batch " \
                 f"{int(ttft.iloc[0]['batch_size'])}, the only finished batch."
     else:
         a, z = ttft.iloc[0], ttft.iloc[-1]
-        va, vz = float(a["ttft_ms_p95"]), float(z["ttft_ms_p95"])
-        first = (f"P95 time to first token (TTFT) {moves(va, vz)} from {ms(va)} at batch {int(a['batch_size'])} to "
+        va, vz = float(a[ttft_col]), float(z[ttft_col])
+        first = (f"{p} time to first token (TTFT) {moves(va, vz)} from {ms(va)} at batch {int(a['batch_size'])} to "
                  f"{ms(vz)} at batch {int(z['batch_size'])}"
                  + (f" ({times(vz / va)}): a request's first token waits for the prefill of the whole batch."
                     if vz > va else "."))
-    itl = measured(table, "itl_ms_p95")
+    itl = measured(table, itl_col)
     if itl.empty:
         return first, "This run recorded no inter-token latency (ITL), so the token rate each user sees is unknown."
     a, z = itl.iloc[0], itl.iloc[-1]
-    va, vz = float(a["itl_ms_p95"]), float(z["itl_ms_p95"])
+    va, vz = float(a[itl_col]), float(z[itl_col])
     if len(itl) == 1:
-        return first, (f"P95 inter-token latency (ITL) is {ms(va)} at batch {int(a['batch_size'])}: each user "
+        return first, (f"{p} inter-token latency (ITL) is {ms(va)} at batch {int(a['batch_size'])}: each user "
                        f"receives about {num(1000 / va)} tokens/s (1000 / ITL).")
-    return first, (f"P95 inter-token latency (ITL) {moves(va, vz)} from {ms(va)} at batch {int(a['batch_size'])} to "
+    return first, (f"{p} inter-token latency (ITL) {moves(va, vz)} from {ms(va)} at batch {int(a['batch_size'])} to "
                    f"{ms(vz)} at batch {int(z['batch_size'])}, so each user's stream goes from about "
                    f"{num(1000 / va)} to {num(1000 / vz)} tokens/s (1000 / ITL).")
 

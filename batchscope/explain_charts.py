@@ -34,11 +34,12 @@ def throughput_chart(table: pd.DataFrame, analysis: Any) -> alt.LayerChart:
     return panel(layers + marker_rules(rules, x), titled(frame, "output tokens/s (band: min–max of repeats)"))
 
 
-def latency_chart(table: pd.DataFrame) -> alt.LayerChart:
-    """P95 TTFT and ITL per batch on a log scale (they differ by orders of magnitude)."""
-    frame = charts.latency_frame(table, 95, metrics=("ttft", "itl"))
+def latency_chart(table: pd.DataFrame, percentile: int = 95) -> alt.LayerChart:
+    """TTFT and ITL at the presenter's percentile per batch, on a log scale (they differ by orders of magnitude)."""
+    frame = charts.latency_frame(table, percentile, metrics=("ttft", "itl"))
     frame = frame[frame["series"] != "roofline decode step"].assign(dashed=False)
-    return panel(lines(frame, batch_x(table), "latency (ms, log)", log=True), titled(frame, "P95 latency (ms, log)"))
+    return panel(lines(frame, batch_x(table), "latency (ms, log)", log=True),
+                 titled(frame, f"P{percentile} latency (ms, log)"))
 
 
 def utilisation_chart(table: pd.DataFrame) -> alt.LayerChart:

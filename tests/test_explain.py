@@ -85,6 +85,14 @@ def test_latency_ttft_growth_and_per_user_token_rate() -> None:
                       "user's stream goes from about 100 to 25 tokens/s (1000 / ITL).")
 
 
+def test_latency_follows_the_chosen_percentile() -> None:
+    table = points(ttft_ms_p95=[100.0, 400.0, 1600.0], itl_ms_p95=[10.0, 20.0, 40.0],
+                   ttft_ms_p50=[50.0, 100.0, 200.0], itl_ms_p50=[5.0, 8.0, 10.0])
+    first, second = explain.latency_sentences(table, 50)
+    assert first.startswith("P50 time to first token (TTFT) grows from 50 ms at batch 1 to 200 ms at batch 4 (4.0×)")
+    assert "from about 200 to 100 tokens/s" in second  # 1000 / 5 ms and 1000 / 10 ms
+
+
 def test_latency_missing_columns_are_named() -> None:
     first, second = explain.latency_sentences(points(output_tokens_per_s=[1.0, 2.0]))
     assert "recorded no time to first token" in first
