@@ -94,8 +94,18 @@ _V4_CONTINUOUS = [  # continuous-batching points (runners/schemas.py CONTINUOUS_
     "ALTER TABLE steps ADD COLUMN decode_tokens BIGINT",
 ]
 
+_V5_PARALLEL = [  # tensor-parallel and replicated points (runners/schemas.py PARALLEL_SUMMARY), per-GPU samples
+    f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
+        ("tensor_parallel", "INTEGER"), ("replicas", "INTEGER"), ("comm_ms_per_step", "DOUBLE"),
+        ("comm_share", "DOUBLE"), ("comm_source", "VARCHAR"))
+] + [
+    "ALTER TABLE requests ADD COLUMN replica INTEGER",
+    "ALTER TABLE steps ADD COLUMN replica INTEGER",
+    "ALTER TABLE samples ADD COLUMN gpu_index INTEGER",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
-MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS]
+MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

@@ -17,7 +17,7 @@ EXIT = {"done": 0, "failed": 1, "cancelled": 3}
 OPTIONS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats",
            "warmup", "seed", "device", "max_batch_size", "on_oom", "telemetry_hz", "name",
            "max_num_seqs", "arrival", "concurrency", "num_requests", "max_num_batched_tokens",
-           "kv_cache_tokens", "slo_metric", "slo_ms")
+           "kv_cache_tokens", "slo_metric", "slo_ms", "tensor_parallel", "replicas")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--telemetry-hz", dest="telemetry_hz")
     sweep.add_argument("--no-calibrate", dest="calibrate", action="store_false", default=None)
     sweep.add_argument("--name")
+    multi = sweep.add_argument_group("several processes (static mode; one rank per GPU, on CPU processes sharing the host)")
+    multi.add_argument("--tensor-parallel", dest="tensor_parallel",
+                       help="shard the fast engine's model over K ranks (default 1)")
+    multi.add_argument("--replicas", help="K independent engines, each batch split between them (default 1)")
     cont = sweep.add_argument_group("continuous mode (one of --max-num-seqs, --arrival, --concurrency may list values to sweep)")
     cont.add_argument("--max-num-seqs", dest="max_num_seqs", help="running-batch limit: 8, 1,2,4 or pow2:1:256")
     cont.add_argument("--arrival", help="open loop: poisson:RATE requests/s, or poisson:R1,R2,... to sweep")

@@ -55,3 +55,10 @@ def _check_quant(device: torch.device, dtype: str) -> None:
         quant.linear(x, quant.quantize(torch.ones((32, 32), device=device), dtype)).sum().item()
     except (RuntimeError, TypeError) as err:
         raise SpecError("dtype", f"{dtype} matmul does not run on {device}: {str(err).splitlines()[0]}") from None
+
+
+def check_ranks(device: torch.device, ranks: int, field: str) -> None:
+    """Every rank of a multi-process sweep needs its own GPU, counted from the sweep's device on."""
+    if device.type == "cuda" and (device.index or 0) + ranks > torch.cuda.device_count():
+        raise SpecError(field, f"{field} {ranks} needs GPUs {device.index or 0}..{(device.index or 0) + ranks - 1}, "
+                               f"but {torch.cuda.device_count()} CUDA device(s) are visible")

@@ -33,6 +33,7 @@ class RepeatResult:
 
     def __init__(self, point_index: int, repeat: int, batch: Batch, gen: Generation) -> None:
         self.batch, self.gen = batch, gen
+        self.waste = padding_waste(batch)
         t = gen.token_ms
         if len(t) < max(batch.output_lens):
             raise RuntimeError(f"engine returned {len(t)} token times for {max(batch.output_lens)} tokens")
@@ -77,7 +78,7 @@ def summarise(point_index: int, batch_size: int, repeats: list[RepeatResult], wa
     decode_steps = [s for rep in repeats for s in rep.steps if s["phase"] == "decode"]
     step_ms = [s["duration_ms"] for s in decode_steps]
     tput = [rep.row["output_tokens_per_s"] for rep in repeats]
-    waste = [padding_waste(rep.batch) for rep in repeats]
+    waste = [rep.waste for rep in repeats]
     row: dict[str, Any] = {
         "point_index": point_index, "batch_size": batch_size, "status": "ok", "error": None,
         "repeats": len(repeats), "warmup": warmup,
@@ -97,6 +98,7 @@ def summarise(point_index: int, batch_size: int, repeats: list[RepeatResult], wa
         "active_tokens_mean": statistics.fmean(s["active_tokens"] for s in decode_steps) if decode_steps else None,
         "active_tokens_max": max((s["active_tokens"] for s in decode_steps), default=None),
         "timing": repeats[0].gen.timing,
+        **_comm(repeats),
     }
     itl = [x for rep in repeats for x in rep.itl]
     for p in PERCENTILES:
@@ -104,3 +106,12 @@ def summarise(point_index: int, batch_size: int, repeats: list[RepeatResult], wa
         row[f"e2e_ms_p{p}"] = percentile([r["e2e_ms"] for r in requests], p)
         row[f"itl_ms_p{p}"] = percentile(itl, p)
     return row
+
+
+def _comm(repeats: list[RepeatResult]) -> dict[str, Any]:
+    """Tensor-parallel all-reduce time per decode step and its share of the step: medians over repeats."""
+    extras = [rep.gen.extra for rep in repeats if rep.gen.extra.get("comm_ms_per_step") is not None]
+    shares = [e["comm_share"] for e in extras if e["comm_share"] is not None]
+    return {"comm_ms_per_step": statistics.median(e["comm_ms_per_step"] for e in extras) if extras else None,
+            "comm_share": statistics.median(shares) if shares else None,
+            "comm_source": extras[0]["comm_source"] if extras else None}

@@ -41,6 +41,7 @@ class ModelInfo:
     context: int
     dtype: str
     quant_logits_rel_error: float | None = None  # measured by the fast engine at load for quantised dtypes
+    tensor_parallel: int = 1  # over 1, weight_bytes and kv_bytes_per_token are one rank's shard
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

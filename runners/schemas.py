@@ -19,6 +19,10 @@ CONTINUOUS_SUMMARY = (
        ("kv_occupancy_max", F), ("admission_waits", I64)]
 )
 
+# several processes (docs/run-folder.md): the ranks' layout and tensor-parallel communication
+PARALLEL_SUMMARY = [("tensor_parallel", I), ("replicas", I), ("comm_ms_per_step", F), ("comm_share", F),
+                    ("comm_source", S)]
+
 SUMMARY = pa.schema(
     [("point_index", I), ("batch_size", I), ("status", S), ("error", S), ("repeats", I), ("warmup", I),
      ("prompt_len_mean", F), ("output_len_mean", F), ("prefill_ms", F), ("decode_step_ms", F),
@@ -34,6 +38,7 @@ SUMMARY = pa.schema(
     + [("cpu_pct", F), ("rss_bytes_max", I64), ("energy_j", F), ("energy_per_output_token_j", F),
        ("timing", S), ("util_source", S)]
     + CONTINUOUS_SUMMARY
+    + PARALLEL_SUMMARY
 )
 
 DETAIL = {
@@ -42,13 +47,13 @@ DETAIL = {
                           ("output_tokens_per_s", F), ("input_tokens_per_s", F), ("requests_per_s", F)]),
     "requests": pa.schema([("point_index", I), ("repeat", I), ("request_index", I), ("batch_size", I),
                            ("prompt_len", I), ("output_len", I), ("queue_ms", F), ("ttft_ms", F),
-                           ("e2e_ms", F), ("itl_ms_mean", F), ("itl_ms_p95", F)]),
+                           ("e2e_ms", F), ("itl_ms_mean", F), ("itl_ms_p95", F), ("replica", I)]),
     "steps": pa.schema([("point_index", I), ("repeat", I), ("step_index", I), ("phase", S),
                         ("start_ms", F), ("duration_ms", F), ("active_seqs", I), ("active_tokens", I64),
-                        ("batch_rows", I), ("prefill_tokens", I64), ("decode_tokens", I64)]),
+                        ("batch_rows", I), ("prefill_tokens", I64), ("decode_tokens", I64), ("replica", I)]),
     "samples": pa.schema([("t_s", F), ("point_index", I), ("repeat", I), ("phase", S),
                           ("gpu_util_pct", F), ("mem_ctrl_util_pct", F), ("mem_used_bytes", I64),
                           ("power_w", F), ("sm_clock_mhz", F), ("sm_util_pct", F), ("sm_occupancy_pct", F),
                           ("tensor_active_pct", F), ("dram_bw_util_pct", F), ("cpu_pct", F),
-                          ("rss_bytes", I64), ("source", S)]),
+                          ("rss_bytes", I64), ("source", S), ("gpu_index", I)]),
 }

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runners import distributions
+from runners.parallel_spec import check_parallel
 from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES, QUANT_ENGINES
 
@@ -51,6 +52,9 @@ class SweepSpec:
     telemetry_hz: float = 20.0
     calibrate: bool = True
     name: str = ""
+    # several processes (runners.parallel_spec says what each allows)
+    tensor_parallel: int = 1
+    replicas: int = 1
     # continuous mode only (runners.continuous_spec says what each means)
     max_num_seqs: list[int] = field(default_factory=lambda: [8])
     arrival: str = ""
@@ -181,7 +185,8 @@ def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str,
     _check_choice(spec.on_oom, ON_OOM, "on_oom", found)
     if spec.device != "auto" and spec.device != "cpu" and not (spec.device == "cuda" or spec.device.startswith("cuda:")):
         found.setdefault("device", f"device must be auto, cpu, cuda or cuda:N: {spec.device!r}")
-    for name, lo in (("repeats", 1), ("warmup", 0), ("seed", 0), ("max_batch_size", 1)):
+    for name, lo in (("repeats", 1), ("warmup", 0), ("seed", 0), ("max_batch_size", 1), ("tensor_parallel", 1),
+                     ("replicas", 1)):
         if name in values:
             number = check(name, lambda n=name: _whole(values[n], n))
             if number is not None and number < lo:
@@ -210,6 +215,7 @@ def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str,
         check_continuous(spec, values, found, context)
     elif context and not {"prompt_len", "output_len", "batch_sizes"} & set(found):
         check("prompt_len", lambda: _check_context(spec, context))
+    check_parallel(spec, found)
     return spec
 
 

@@ -10,12 +10,14 @@ from typing import Any
 
 import torch
 
-from runners import cancel, continuous_spec, devices, fingerprint, memory, models
+from runners import cancel, continuous_spec, devices, fingerprint, memory, models, parallel
 from runners.calibrate import CalibrationError, calibrate
 from runners.engines import make_engine
 from runners.engines.base import Batch, Engine
+from runners.engines.group import GroupEngine, local_engine
 from runners.metrics import RepeatResult, summarise
 from runners.progress import Progress
+from runners.replicas import repeat_result
 from runners.runfolder import RunFolder, utc_now, write_json
 from runners.schemas import SUMMARY, UTIL_MEANS
 from runners.spec import SweepSpec
@@ -30,14 +32,18 @@ class Sweep:
         self.folder = RunFolder(out, points_total=continuous_spec.point_count(spec))
         self.t0 = time.perf_counter()
         self.progress = Progress(continuous_spec.point_count(spec), self.t0)
-        self.sampler = Sampler(device, spec.telemetry_hz, self.t0).start()
+        self.sampler = Sampler(device, spec.telemetry_hz, self.t0, gpus=parallel.world_size(spec)).start()
 
     def run(self) -> str:
         """Returns the final state; every finished point is on disk whatever happens after it."""
+        team = None
         try:
             self._stage(-1, None, "load")
+            if parallel.world_size(self.spec) > 1:  # followers load their copy while rank 0 loads its own
+                team = parallel.Team(self.spec, self.device)
             loaded = models.load(self.spec.model, self.spec.dtype, self.device, self.spec.seed)
-            engine = make_engine(self.spec.engine, loaded)
+            engine = (make_engine(self.spec.engine, loaded) if team is None else
+                      GroupEngine(local_engine(self.spec, loaded, team.group), team.group, self.spec.tensor_parallel > 1))
             self._write_run_files(loaded, engine)
             continuous = self.spec.mode == "continuous"
             points = continuous_spec.points(self.spec) if continuous else self.spec.batch_sizes
@@ -67,6 +73,8 @@ class Sweep:
             self.folder.finish("failed", error=message)
             return "failed"
         finally:
+            if team is not None:
+                team.close(graceful=self.folder.status["state"] == "done")
             self.sampler.stop()
             self.progress.close()
 
@@ -77,7 +85,7 @@ class Sweep:
         self.progress.show(index, batch_size, stage, repeat, self.spec.repeats)
 
     def _write_run_files(self, loaded: models.LoadedModel, engine: Engine) -> None:
-        env = fingerprint.collect(self.device, engine.version())
+        env = fingerprint.collect(self.device, engine.version(), self.spec.tensor_parallel, self.spec.replicas)
         write_json(self.folder.root / "env.json", env)
         write_json(self.folder.root / "model.json", json.loads(loaded.info.to_json()))
         if self.spec.calibrate:
@@ -121,7 +129,7 @@ class Sweep:
                 host_start = time.perf_counter()
                 gen = engine.generate(batch)
                 if repeat >= 0:
-                    results.append(RepeatResult(index, repeat, batch, gen))
+                    results.append(repeat_result(index, repeat, batch, gen))
                     windows.append((repeat, host_start, host_start + gen.token_ms[0] / 1000,
                                     host_start + gen.token_ms[-1] / 1000))
             summary = summarise(index, batch_size, results, spec.warmup)
@@ -138,7 +146,7 @@ class Sweep:
                 results = []
             engine.release()
             self._free()
-        summary["setup_ms"] = setup_s * 1000.0
+        summary.update(setup_ms=setup_s * 1000.0, tensor_parallel=spec.tensor_parallel, replicas=spec.replicas)
         samples = self._tag_samples(self.sampler.drain(), windows)
         summary.update(_utilisation(samples, summary))
         for row in samples:
@@ -202,7 +210,8 @@ class Sweep:
 
 
 def _utilisation(samples: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
-    """Means over the measured repeats (and over decode only), energy and its share per token.
+    """Means over the measured repeats (and over decode only; with several GPUs, over all of them),
+    energy (summed over GPUs) and its share per token.
 
     A repeat shorter than the sampling period may hold no sample, so "measured" is every sample taken
     while the host was in the measure stage (gaps between repeats included).
@@ -220,9 +229,11 @@ def _utilisation(samples: list[dict[str, Any]], summary: dict[str, Any]) -> dict
     out["rss_bytes_max"] = max((s["rss_bytes"] for s in measured), default=None)
     out["util_source"] = samples[0]["source"] if samples else None
     energy = 0.0
-    for a, b in zip(measured, measured[1:]):
-        if a["power_w"] is not None and b["power_w"] is not None:
-            energy += (a["power_w"] + b["power_w"]) / 2 * (b["t_s"] - a["t_s"])
+    for gpu in {s.get("gpu_index") for s in measured}:  # each GPU's power over time, then summed
+        own = [s for s in measured if s.get("gpu_index") == gpu]
+        for a, b in zip(own, own[1:]):
+            if a["power_w"] is not None and b["power_w"] is not None:
+                energy += (a["power_w"] + b["power_w"]) / 2 * (b["t_s"] - a["t_s"])
     has_power = any(s["power_w"] is not None for s in measured)
     out["energy_j"] = energy if has_power else None
     tokens = summary.get("output_len_mean", 0) * summary.get("batch_size", 0) * summary.get("repeats", 0)
@@ -234,6 +245,7 @@ def run_sweep(spec: SweepSpec, out: Path) -> str:
     """Validate device + dtype (SpecError before anything is written), then run and return the state."""
     device = devices.resolve(spec.device)
     devices.check_dtype(device, spec.dtype)
+    devices.check_ranks(device, parallel.world_size(spec), "tensor_parallel" if spec.tensor_parallel > 1 else "replicas")
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "spec.json", {**spec.to_dict(), "run_id": out.name, "created_at": utc_now()})
     return Sweep(spec, out, device).run()

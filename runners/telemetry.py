@@ -113,16 +113,23 @@ class _GpuProbe:
 
 
 class Sampler:
-    """A daemon thread that appends one row per tick; `drain()` hands the rows over."""
+    """A daemon thread that appends one row per GPU per tick (one row on CPU); `drain()` hands them over.
 
-    def __init__(self, device: torch.device, hz: float, t0: float) -> None:
+    `gpus` > 1 samples the sweep's device and the next GPUs after it (one per rank of a multi-process
+    sweep) from this one process, each row tagged with its `gpu_index`.
+    """
+
+    def __init__(self, device: torch.device, hz: float, t0: float, gpus: int = 1) -> None:
         self.period = 1.0 / hz
         self.t0 = t0
         self.context: tuple[int, str] = (-1, "idle")
         self.process = _ProcessProbe()
-        handle = nvml_handle(device)
-        self.gpu = _GpuProbe(handle) if handle is not None else None
-        self.sources = ["proc"] + (["nvml"] if self.gpu else []) + (["gpm"] if self.gpu and self.gpu.gpm else [])
+        first = device.index or 0
+        indices = range(first, first + gpus) if device.type == "cuda" else []
+        handles = [(i, nvml_handle(torch.device("cuda", i))) for i in indices]
+        self.gpus = [(i, _GpuProbe(h)) for i, h in handles if h is not None]
+        gpm = any(probe.gpm for _, probe in self.gpus)
+        self.sources = ["proc"] + (["nvml"] if self.gpus else []) + (["gpm"] if gpm else [])
         self._rows: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -152,19 +159,20 @@ class Sampler:
     def _take(self) -> None:
         """One row from every probe; under the lock because the probes keep state between reads."""
         with self._lock:
-            row: dict[str, Any] = dict.fromkeys(SAMPLE_COLUMNS)
-            row.update(self.process.read())
-            if self.gpu is not None:
-                try:
-                    row.update(self.gpu.read())
-                except Exception:
-                    pass  # a transient NVML error loses one sample, not the sweep
+            base: dict[str, Any] = dict.fromkeys(SAMPLE_COLUMNS)
+            base.update(self.process.read())
             now = time.perf_counter()
-            row["host_t"] = now
-            row["t_s"] = now - self.t0
-            row["point_index"], row["stage"] = self.context
-            row["source"] = ",".join(self.sources)
-            self._rows.append(row)
+            base.update(host_t=now, t_s=now - self.t0, source=",".join(self.sources), gpu_index=None)
+            base["point_index"], base["stage"] = self.context
+            for index, probe in self.gpus:
+                row = {**base, "gpu_index": index}
+                try:
+                    row.update(probe.read())
+                except Exception:
+                    pass  # a transient NVML error loses one sample's GPU numbers, not the sweep
+                self._rows.append(row)
+            if not self.gpus:
+                self._rows.append(base)
 
     def _loop(self) -> None:
         next_tick = time.perf_counter()

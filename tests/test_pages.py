@@ -156,8 +156,9 @@ def test_history_filters_narrow_the_table(home, tiny_run: Path, tmp_path: Path) 
 
 
 BAD_INPUTS = [
-    ("model path that does not exist", {"model_source": "Local checkpoint"}, {"model_path": "/no/such/model"},
-     "unknown model"),
+    # inside the home folder, an allowed root wherever HOME is (a path outside every root is refused first)
+    ("model path that does not exist", {"model_source": "Local checkpoint"},
+     {"model_path": str(Path.home() / "no-such-model")}, "unknown model"),
     ("empty batch list", {"batch_mode": "Explicit list"}, {"batch_list": ""}, "no batch sizes"),
     ("non-positive batch", {"batch_mode": "Explicit list"}, {"batch_list": "0,4"}, "≥ 1"),
     ("absurd batch", {"batch_mode": "Explicit list"}, {"batch_list": "1,999999"}, "over the ceiling"),

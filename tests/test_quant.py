@@ -78,7 +78,9 @@ def test_weight_only_linear_matches_the_float_reference(dtype: str, bound: float
 @pytest.mark.parametrize("rows", [1, 3, 17])
 def test_fp8_dynamic_linear_through_scaled_mm(rows: int) -> None:
     """torch._scaled_mm with rowwise scales also runs on CPU, so the math is checked here too."""
-    w, x = weights(64, 256) / 10, torch.randn(rows, 256, dtype=torch.bfloat16)
+    # a seeded x: the bound holds for most draws, not all (about 1 in 75 one-row draws exceeds it)
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    w = weights(64, 256) / 10
     qw = quant.quantize(w, "fp8-dynamic")
     out = quant.linear(x, qw)
     assert out.dtype == torch.bfloat16 and out.shape == (rows, 64)

@@ -131,6 +131,10 @@ def run_title(run: dict[str, Any]) -> str:
     spec = run.get("spec") or {}
     model_name = model.get("name") if isinstance(model, dict) else model
     parts = [str(v) for v in (model_name or spec.get("model"), run.get("dtype"), run.get("engine")) if v]
+    if (spec.get("tensor_parallel") or 1) > 1:
+        parts.append(f"tensor parallel {spec['tensor_parallel']}")
+    if (spec.get("replicas") or 1) > 1:
+        parts.append(f"{spec['replicas']} replicas")
     name = run.get("name") or run.get("run_id")
     return f"{name} — {' · '.join(parts)}" if parts else str(name)
 

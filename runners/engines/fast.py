@@ -27,8 +27,9 @@ class FastEngine:
     name = "fast"
 
     def __init__(self, loaded: LoadedModel, compile: bool | None = None, graphs: bool | None = None,
-                 attn: str = "bmm") -> None:
-        """compile/graphs default to on for CUDA, off elsewhere.
+                 attn: str = "bmm", decoder: FastDecoder | None = None) -> None:
+        """compile/graphs default to on for CUDA, off elsewhere; `decoder` replaces the one built from
+        the loaded model (a tensor-parallel rank passes its shard).
 
         attn "bmm" (batched matmuls over [B, kv_heads, group, len]) measured faster on an H200 than
         "sdpa" (memory-efficient kernel, group as query length): 8B batch 256 12.4 vs 14.0 ms/step.
@@ -38,7 +39,7 @@ class FastEngine:
         on_cuda = self.device.type == "cuda"
         self.graphs = on_cuda if graphs is None else graphs
         self.compiled = on_cuda if compile is None else compile
-        self.decoder = FastDecoder(loaded.model, loaded.config, attn=attn)
+        self.decoder = decoder or FastDecoder(loaded.model, loaded.config, attn=attn)
         self.quant = loaded.info.dtype if loaded.info.dtype in QUANT_DTYPES else None
         if self.quant:  # model.json then holds the quantised bytes and the accuracy guard's error
             loaded.info.quant_logits_rel_error = quantize_with_guard(self.decoder, loaded.model, self.quant)
@@ -103,10 +104,15 @@ class FastEngine:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
+    def fits(self, batch: Batch) -> bool:
+        """Whether the set-up shape holds this batch (same rows, prompts and outputs no longer)."""
+        return (self.shape is not None and self.shape[0] == batch.size and max(batch.prompt_lens) <= self.shape[1]
+                and max(batch.output_lens) <= self.shape[2])
+
     @torch.inference_mode()
     def generate(self, batch: Batch) -> Generation:
         B, P, N = batch.size, max(batch.prompt_lens), max(batch.output_lens)
-        if self.shape is None or self.shape[0] != B or P > self.shape[1] or N > self.shape[2]:
+        if not self.fits(batch):
             self.setup(B, P, N)
         st = self.state
         lens = torch.tensor(batch.prompt_lens)

@@ -199,9 +199,9 @@ class FastDecoder:
             else:
                 k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
                 o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            h = h + linear(o.transpose(1, 2).reshape(B, P, -1), w.wo, w.bo)
+            h = h + self.reduce(linear(o.transpose(1, 2).reshape(B, P, -1), w.wo, w.bo))
             x = self.norm_fn(h, w.mlp_norm, self.eps)
-            h = h + linear(self.silu_mul_fn(linear(x, w.w13)), w.w2)
+            h = h + self.reduce(linear(self.silu_mul_fn(linear(x, w.w13)), w.w2))
         return F.linear(_rms_norm(h[:, -1], self.norm, self.eps), self.lm_head)
 
     @torch.no_grad()
@@ -231,9 +231,9 @@ class FastDecoder:
                 keys = kc[slot:slot + 1, :, :end].repeat_interleave(group, 1)
                 values = vc[slot:slot + 1, :, :end].repeat_interleave(group, 1)
                 o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-            h = h + linear(o.transpose(1, 2).reshape(1, n, -1), w.wo, w.bo)
+            h = h + self.reduce(linear(o.transpose(1, 2).reshape(1, n, -1), w.wo, w.bo))
             x = self.norm_fn(h, w.mlp_norm, self.eps)
-            h = h + linear(self.silu_mul_fn(linear(x, w.w13)), w.w2)
+            h = h + self.reduce(linear(self.silu_mul_fn(linear(x, w.w13)), w.w2))
         return F.linear(_rms_norm(h[0, -1], self.norm, self.eps), self.lm_head)
 
     def decode_layer(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor | QuantWeight, bqkv: Tensor | None,
@@ -245,6 +245,14 @@ class FastDecoder:
 
         Weights come as plain tensor arguments so one compiled graph serves every layer.
         """
+        h = h + self.decode_attn(h, attn_norm, wqkv, bqkv, wo, bo, kc, vc, cos, sin, rows, cache_pos, mask)
+        return h + self.decode_mlp(h, mlp_norm, w13, w2)
+
+    def decode_attn(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor | QuantWeight, bqkv: Tensor | None,
+                    wo: Tensor | QuantWeight, bo: Tensor | None, kc: Tensor, vc: Tensor, cos: Tensor,
+                    sin: Tensor, rows: Tensor, cache_pos: Tensor, mask: Tensor) -> Tensor:
+        """The attention half of a decode layer up to o_proj, without the residual (a tensor-parallel
+        rank sums it over ranks before adding it)."""
         B = h.shape[0]
         x = _rms_norm(h, attn_norm, self.eps)
         qkv = linear(x, wqkv, bqkv).view(B, -1, self.head_dim)
@@ -258,9 +266,15 @@ class FastDecoder:
         else:
             scores = torch.matmul(q, kc.transpose(-1, -2)) * self.head_dim**-0.5 + mask
             o = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), vc)
-        h = h + linear(o.reshape(B, -1), wo, bo)
-        x = _rms_norm(h, mlp_norm, self.eps)
-        return h + linear(_silu_mul(linear(x, w13)), w2)
+        return linear(o.reshape(B, -1), wo, bo)
+
+    def decode_mlp(self, h: Tensor, mlp_norm: Tensor, w13: Tensor | QuantWeight, w2: Tensor | QuantWeight) -> Tensor:
+        """The MLP half of a decode layer, without the residual."""
+        return linear(_silu_mul(linear(_rms_norm(h, mlp_norm, self.eps), w13)), w2)
+
+    def reduce(self, x: Tensor) -> Tensor:
+        """Sum a row-parallel output over tensor-parallel ranks; one process holds it all already."""
+        return x
 
     def decode_head(self, h: Tensor, st_out: Tensor, step: Tensor) -> Tensor:
         """Logits and greedy token of the last layer's output, written to column `step` of `out`."""
