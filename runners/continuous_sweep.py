@@ -75,7 +75,7 @@ def run_point(sweep, index: int, point: ContinuousPoint, loaded: LoadedModel, en
     from runners.sweep import _utilisation  # a sibling of Sweep; imported late to avoid a cycle
 
     samples = sweep._tag_samples(sweep.sampler.drain(), windows)
-    summary.update(_utilisation(samples, summary))
+    summary.update(_utilisation(samples, summary, windows))
     tokens = spec.num_requests * len(repeats)
     if summary.get("energy_j") is not None and tokens:
         summary["energy_per_output_token_j"] = summary["energy_j"] / (summary["output_len_mean"] * tokens)

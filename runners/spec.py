@@ -22,6 +22,7 @@ ENGINES = ("hf-generate", "fast")
 MODES = ("static", "continuous")
 ON_OOM = ("stop", "continue")
 DEFAULT_MAX_BATCH_SIZE = 4096
+MIN_TELEMETRY_HZ = 20.0
 SLO_METRICS = ("ttft", "itl", "e2e")
 
 
@@ -195,8 +196,9 @@ def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str,
                 setattr(spec, name, number)
     if "telemetry_hz" in values:
         hz = check("telemetry_hz", lambda: float(values["telemetry_hz"]))
-        if hz is not None and not (1 <= hz <= 1000) or (hz is not None and math.isnan(hz)):
-            found.setdefault("telemetry_hz", f"telemetry_hz must be between 1 and 1000, got {hz}")
+        if hz is not None and (math.isnan(hz) or not MIN_TELEMETRY_HZ <= hz <= 1000):
+            found.setdefault("telemetry_hz", f"telemetry_hz must be between {MIN_TELEMETRY_HZ:g} and 1000 "
+                                             f"(DESIGN: utilisation is sampled at ≥ 20 Hz), got {hz}")
         elif hz is not None:
             spec.telemetry_hz = hz
     if "calibrate" in values:

@@ -148,7 +148,7 @@ class Sweep:
             self._free()
         summary.update(setup_ms=setup_s * 1000.0, tensor_parallel=spec.tensor_parallel, replicas=spec.replicas)
         samples = self._tag_samples(self.sampler.drain(), windows)
-        summary.update(_utilisation(samples, summary))
+        summary.update(_utilisation(samples, summary, windows))
         for row in samples:
             del row["stage"]
         parts = {"samples": samples}
@@ -209,14 +209,19 @@ class Sweep:
         return rows
 
 
-def _utilisation(samples: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
-    """Means over the measured repeats (and over decode only; with several GPUs, over all of them),
-    energy (summed over GPUs) and its share per token.
+def _utilisation(samples: list[dict[str, Any]], summary: dict[str, Any],
+                 windows: list[tuple[int, float, float, float]]) -> dict[str, Any]:
+    """Means over the samples inside this point's measured repeats (and over decode only; with several
+    GPUs, over all of them); energy = each GPU's mean power inside a repeat × the repeat's length, summed.
 
-    A repeat shorter than the sampling period may hold no sample, so "measured" is every sample taken
-    while the host was in the measure stage (gaps between repeats included).
+    Samples from the stages around the repeats (setup, graph capture, warm-up, the previous point's
+    tail) never count. A repeat shorter than the sampling period (a tiny CPU batch) may hold no sample:
+    then this point's measure-stage samples stand in for the means, and energy is left unknown.
     """
-    measured = [s for s in samples if s["stage"] == "measure"]
+    point = summary["point_index"]
+    own = [s for s in samples if s["point_index"] == point]
+    in_repeats = [s for s in own if s["repeat"] >= 0]
+    measured = in_repeats or [s for s in own if s["stage"] == "measure"]
     decode = [s for s in measured if s["phase"] == "decode"]
 
     def mean(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -228,17 +233,22 @@ def _utilisation(samples: list[dict[str, Any]], summary: dict[str, Any]) -> dict
     out["cpu_pct"] = mean(measured, "cpu_pct")
     out["rss_bytes_max"] = max((s["rss_bytes"] for s in measured), default=None)
     out["util_source"] = samples[0]["source"] if samples else None
-    energy = 0.0
-    for gpu in {s.get("gpu_index") for s in measured}:  # each GPU's power over time, then summed
-        own = [s for s in measured if s.get("gpu_index") == gpu]
-        for a, b in zip(own, own[1:]):
-            if a["power_w"] is not None and b["power_w"] is not None:
-                energy += (a["power_w"] + b["power_w"]) / 2 * (b["t_s"] - a["t_s"])
-    has_power = any(s["power_w"] is not None for s in measured)
-    out["energy_j"] = energy if has_power else None
+    out["energy_j"] = _energy(in_repeats, windows)
     tokens = summary.get("output_len_mean", 0) * summary.get("batch_size", 0) * summary.get("repeats", 0)
-    out["energy_per_output_token_j"] = energy / tokens if has_power and tokens else None
+    out["energy_per_output_token_j"] = out["energy_j"] / tokens if out["energy_j"] is not None and tokens else None
     return out
+
+
+def _energy(in_repeats: list[dict[str, Any]], windows: list[tuple[int, float, float, float]]) -> float | None:
+    """Σ over repeats and GPUs of mean power × repeat length; None when any repeat has no power sample."""
+    total = 0.0
+    for repeat, start, _, end in windows:
+        rows = [s for s in in_repeats if s["repeat"] == repeat and s["power_w"] is not None]
+        if not rows:
+            return None
+        for gpu in {s.get("gpu_index") for s in rows}:
+            total += statistics.fmean(s["power_w"] for s in rows if s.get("gpu_index") == gpu) * (end - start)
+    return total if windows else None
 
 
 def run_sweep(spec: SweepSpec, out: Path) -> str:

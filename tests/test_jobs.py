@@ -14,7 +14,7 @@ from batchscope.runfolder import RunFolder, parse_utc
 from runners.spec import SpecError
 
 QUICK = {"model": "tiny", "dtype": "float32", "device": "cpu", "batch_sizes": [1, 2], "prompt_len": "fixed:16",
-         "output_len": "fixed:4", "repeats": 1, "warmup": 0, "calibrate": False, "telemetry_hz": 5}
+         "output_len": "fixed:4", "repeats": 1, "warmup": 0, "calibrate": False, "telemetry_hz": 20}
 # Long enough (≈ 1 s per point) that a test can act between its first and last point.
 LONG = {**QUICK, "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128], "output_len": "fixed:256", "repeats": 2}
 RUN_TIMEOUT_S = 180
