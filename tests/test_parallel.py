@@ -129,7 +129,9 @@ def test_tensor_parallel_sweep_writes_comm_columns_and_followers_exit(tmp_path):
         summary = pq.read_table(out / "points" / f"p{index:04d}.summary.parquet").to_pylist()[0]
         assert summary["status"] == "ok" and summary["tensor_parallel"] == 2 and summary["replicas"] == 1
         assert summary["comm_source"] == "perf_counter"
-        assert 0 < summary["comm_ms_per_step"] < summary["decode_step_ms"] and 0 < summary["comm_share"] < 1
+        # comm is a mean per step and decode_step_ms a median, so on a loaded CPU one stalled collective can
+        # put the first above the second; the share (comm time ÷ decode time, both totals) cannot pass 1
+        assert summary["comm_ms_per_step"] > 0 and 0 < summary["comm_share"] < 1
         assert pq.read_table(out / "points" / f"p{index:04d}.samples.parquet").num_rows > 0
     assert not list(out.rglob(".*.tmp"))
 
