@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 POINT_FILE_KINDS = ("summary", "repeats", "requests", "steps", "samples")
-ACTIVE_STATES = frozenset({"queued", "running"})
 TERMINAL_STATES = frozenset({"done", "failed", "cancelled", "interrupted"})
 _SUMMARY_NAME = re.compile(r"^p(\d{4,})\.summary\.parquet$")
 

@@ -18,11 +18,7 @@ PRESENT_WIDTH, PRESENT_HEIGHT = 880, 440
 
 st.title("Explain")
 store = resources.store()
-runs = store.runs()
-if runs.empty:
-    st.info("No runs yet: start one on the New sweep page, or import a run folder on the History page.")
-    st.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
-    st.stop()
+runs = resources.runs_or_stop()
 
 run_ids = runs["run_id"].tolist()
 if st.session_state.get("explain_run") not in run_ids:

@@ -18,11 +18,7 @@ REFRESH_SECONDS = 2.0
 
 st.title("Run")
 store = resources.store()
-runs = store.runs()
-if runs.empty:
-    st.info("No runs yet: start one on the New sweep page, or import a run folder on the History page.")
-    st.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
-    st.stop()
+runs = resources.runs_or_stop()
 
 run_ids = runs["run_id"].tolist()
 url_run = st.query_params.get("run")

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from runners.spec import SLO_METRICS, SpecError, SweepSpec, _whole, parse_batch_sizes
+from runners.spec import SLO_METRICS, SpecError, SweepSpec, parse_batch_sizes, set_whole_numbers
 
 AXES = ("max_num_seqs", "arrival_rate", "concurrency")
 
@@ -101,13 +101,8 @@ def check_continuous(spec: SweepSpec, values: dict[str, Any], found: dict[str, s
                                   ("concurrency", len(spec.concurrency))) if n > 1]
     if len(lists) > 1:
         found.setdefault(lists[1], f"only one axis can be swept: {' and '.join(lists)} are both lists")
-    for name, lo in (("num_requests", 1), ("max_num_batched_tokens", 1), ("kv_cache_tokens", 0)):
-        if name in values:
-            number = check(name, lambda n=name: _whole(values[n], n))
-            if number is not None and number < lo:
-                found.setdefault(name, f"{name} must be ≥ {lo}, got {number}")
-            elif number is not None:
-                setattr(spec, name, number)
+    set_whole_numbers(spec, values, (("num_requests", 1), ("max_num_batched_tokens", 1), ("kv_cache_tokens", 0)),
+                      found)
     if spec.max_num_batched_tokens < max(spec.max_num_seqs):
         found.setdefault("max_num_batched_tokens", f"max_num_batched_tokens ({spec.max_num_batched_tokens}) "
                                                    f"must be ≥ max_num_seqs ({max(spec.max_num_seqs)}): every "

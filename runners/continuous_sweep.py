@@ -13,6 +13,7 @@ from runners.continuous_spec import ContinuousPoint, longest_request
 from runners.engines.continuous import ContinuousEngine
 from runners.models import LoadedModel
 from runners.schemas import SUMMARY
+from runners.telemetry import rss_bytes
 
 
 def workload(spec, repeat: int, vocab: int) -> tuple[list[list[int]], list[int]]:
@@ -35,7 +36,7 @@ def run_point(sweep, index: int, point: ContinuousPoint, loaded: LoadedModel, en
     arrivals = (dict(rate=point.arrival_rate) if point.arrival_rate is not None
                 else dict(concurrency=point.concurrency))
     sweep._reset_memory_stats()
-    rss_before = sweep.sampler.process.read()["rss_bytes"]
+    rss_before = rss_bytes()
     served = ContinuousEngine(engine.decoder, device, graphs=engine.graphs)
     repeats: list[ContinuousRepeat] = []
     windows: list[tuple[int, float, float, float]] = []
@@ -103,8 +104,8 @@ def _memory(sweep, loaded: LoadedModel, served: ContinuousEngine, repeats: list[
         return memory.split(capacity=total, weights=info.weight_bytes, kv_allocated=served.kv_bytes,
                             kv_used=kv_used, peak_allocated=torch.cuda.max_memory_allocated(device),
                             reserved=torch.cuda.max_memory_reserved(device), device_used=total - free)
-    rss_peak = max(rss_before, sweep.sampler.process.read()["rss_bytes"])
+    rss_peak = sweep.sampler.peak_rss()
     return memory.split(capacity=fingerprint.total_ram(), weights=info.weight_bytes,
                         kv_allocated=served.kv_bytes, kv_used=kv_used,
-                        peak_allocated=info.weight_bytes + served.kv_bytes + max(0, rss_peak - rss_before),
+                        peak_allocated=info.weight_bytes + max(0, rss_peak - rss_before),  # RSS growth holds KV too
                         reserved=None, device_used=None)

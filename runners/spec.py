@@ -127,6 +127,23 @@ def _whole(value: Any, name: str) -> int:
         raise SpecError(name, f"not a whole number: {value!r}") from None
 
 
+def set_whole_numbers(spec: SweepSpec, values: dict[str, Any], bounds: tuple[tuple[str, int], ...],
+                      found: dict[str, str]) -> None:
+    """Copy whole-number options into the spec, each at least its lower bound; problems go to `found`."""
+    for name, lo in bounds:
+        if name not in values:
+            continue
+        try:
+            number = _whole(values[name], name)
+        except SpecError as err:
+            found.setdefault(err.field, err.message)
+            continue
+        if number < lo:
+            found.setdefault(name, f"{name} must be ≥ {lo}, got {number}")
+        else:
+            setattr(spec, name, number)
+
+
 def model_context(model: str) -> int:
     """Maximum sequence length of a preset or a local checkpoint (read from config.json)."""
     if model in PRESETS:
@@ -186,14 +203,8 @@ def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str,
     _check_choice(spec.on_oom, ON_OOM, "on_oom", found)
     if spec.device != "auto" and spec.device != "cpu" and not (spec.device == "cuda" or spec.device.startswith("cuda:")):
         found.setdefault("device", f"device must be auto, cpu, cuda or cuda:N: {spec.device!r}")
-    for name, lo in (("repeats", 1), ("warmup", 0), ("seed", 0), ("max_batch_size", 1), ("tensor_parallel", 1),
-                     ("replicas", 1)):
-        if name in values:
-            number = check(name, lambda n=name: _whole(values[n], n))
-            if number is not None and number < lo:
-                found.setdefault(name, f"{name} must be ≥ {lo}, got {number}")
-            elif number is not None:
-                setattr(spec, name, number)
+    set_whole_numbers(spec, values, (("repeats", 1), ("warmup", 0), ("seed", 0), ("max_batch_size", 1),
+                                     ("tensor_parallel", 1), ("replicas", 1)), found)
     if "telemetry_hz" in values:
         hz = check("telemetry_hz", lambda: float(values["telemetry_hz"]))
         if hz is not None and (math.isnan(hz) or not MIN_TELEMETRY_HZ <= hz <= 1000):

@@ -21,7 +21,7 @@ from runners.replicas import repeat_result
 from runners.runfolder import RunFolder, utc_now, write_json
 from runners.schemas import SUMMARY, UTIL_MEANS
 from runners.spec import SweepSpec
-from runners.telemetry import Sampler
+from runners.telemetry import Sampler, rss_bytes
 
 OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
 
@@ -115,7 +115,7 @@ class Sweep:
         spec = self.spec
         batches = {r: self._batch(batch_size, r, loaded.info.vocab) for r in spec.repeat_indices()}
         self._reset_memory_stats()
-        rss_before = self.sampler.process.read()["rss_bytes"]
+        rss_before = rss_bytes()
         results: list[RepeatResult] = []
         windows: list[tuple[int, float, float, float]] = []
         summary: dict[str, Any] = {}
@@ -186,10 +186,10 @@ class Sweep:
             return memory.split(capacity=total, weights=info.weight_bytes, kv_allocated=kv_allocated,
                                 kv_used=kv_used, peak_allocated=torch.cuda.max_memory_allocated(self.device),
                                 reserved=torch.cuda.max_memory_reserved(self.device), device_used=total - free)
-        rss_peak = max(rss_before, self.sampler.process.read()["rss_bytes"])
+        rss_peak = self.sampler.peak_rss()
         return memory.split(capacity=fingerprint.total_ram(), weights=info.weight_bytes,
                             kv_allocated=kv_allocated, kv_used=kv_used,
-                            peak_allocated=info.weight_bytes + kv_allocated + max(0, rss_peak - rss_before),
+                            peak_allocated=info.weight_bytes + max(0, rss_peak - rss_before),  # RSS growth holds KV too
                             reserved=None, device_used=None)
 
     @staticmethod

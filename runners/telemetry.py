@@ -46,12 +46,17 @@ def nvml_handle(device: torch.device) -> Any | None:
         return None
 
 
+def rss_bytes() -> int:
+    """This process's resident memory now, from /proc (no torch, no psutil)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 class _ProcessProbe:
     """Process CPU % (all threads, so > 100 on several cores) and RSS from /proc."""
 
     def __init__(self) -> None:
         self._ticks = os.sysconf("SC_CLK_TCK")
-        self._page = os.sysconf("SC_PAGE_SIZE")
         self._last = (time.perf_counter(), self._cpu_seconds())
 
     def _cpu_seconds(self) -> float:
@@ -64,9 +69,7 @@ class _ProcessProbe:
         wall = now - self._last[0]
         pct = 100.0 * (cpu - self._last[1]) / wall if wall > 0 else 0.0
         self._last = (now, cpu)
-        with open("/proc/self/statm") as f:
-            rss = int(f.read().split()[1]) * self._page
-        return {"cpu_pct": pct, "rss_bytes": rss}
+        return {"cpu_pct": pct, "rss_bytes": rss_bytes()}
 
 
 class _GpuProbe:
@@ -150,6 +153,11 @@ class Sampler:
         self._take()
         self.context = (point_index, stage)
         self._take()
+
+    def peak_rss(self) -> int:
+        """The highest resident memory seen since the last drain (the current point), or now."""
+        with self._lock:
+            return max([r["rss_bytes"] for r in self._rows if r["rss_bytes"] is not None] + [rss_bytes()])
 
     def drain(self) -> list[dict[str, Any]]:
         with self._lock:

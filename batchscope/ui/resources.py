@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+import pandas as pd
 import streamlit as st
 
 from batchscope.demo import import_demo_runs
@@ -31,3 +32,13 @@ def show_unexpected(error: Exception, doing: str) -> None:
     log.exception("unexpected error while %s", doing)
     st.error(f"Something went wrong while {doing}: {type(error).__name__}: {error}. "
              "The details are in the server log.")
+
+
+def runs_or_stop() -> pd.DataFrame:
+    """Every stored run; with none yet, say how to get one and end the page there."""
+    runs = store().runs()
+    if runs.empty:
+        st.info("No runs yet: start one on the New sweep page, or import a run folder on the History page.")
+        st.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
+        st.stop()
+    return runs
