@@ -94,7 +94,8 @@ def show_outcome(progress: dict) -> None:
     if state == "failed":
         st.error(f"The sweep failed: {progress.get('error') or 'no error text recorded'}")
     elif state == "interrupted":
-        st.warning("The runner stopped without finishing (the app or machine restarted); finished points are kept.")
+        reason = progress.get("error") or "it was killed, or the app or machine restarted"
+        st.warning(f"The runner stopped without finishing ({reason}); finished points are kept.")
     elif state == "cancelled":
         st.info("The sweep was cancelled; finished points are kept.")
     if progress.get("stopped_early"):
