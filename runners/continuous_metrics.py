@@ -7,7 +7,7 @@ from typing import Any
 
 from runners.continuous_spec import ContinuousPoint
 from runners.engines.continuous import RunResult
-from runners.metrics import percentile
+from runners.metrics import percentile, repeat_rates
 from runners.schemas import PERCENTILES
 
 
@@ -62,7 +62,6 @@ def summarise(point_index: int, point: ContinuousPoint, repeats: list[Continuous
     decode = [s for s in steps if s["phase"] == "decode"]
     with_prefill = [s["duration_ms"] for s in steps if s["prefill_tokens"]]
     step_ms = [s["duration_ms"] for s in decode]
-    tput = [rep.row["output_tokens_per_s"] for rep in repeats]
     rows_run = sum(s["batch_rows"] for s in steps)
     occupancy = [s["active_tokens"] / kv_capacity for s in steps]
     row: dict[str, Any] = {
@@ -72,12 +71,7 @@ def summarise(point_index: int, point: ContinuousPoint, repeats: list[Continuous
         "output_len_mean": statistics.fmean(r["output_len"] for r in requests),
         "prefill_ms": percentile(with_prefill, 50),
         "decode_step_ms": percentile(step_ms, 50), "decode_step_ms_p95": percentile(step_ms, 95),
-        "output_tokens_per_s": statistics.median(tput), "output_tokens_per_s_min": min(tput),
-        "output_tokens_per_s_max": max(tput),
-        "input_tokens_per_s": statistics.median(rep.row["input_tokens_per_s"] for rep in repeats),
-        "prefill_tokens_per_s": statistics.median(rep.row["input_tokens"] / rep.row["prefill_ms"] * 1e3
-                                                  for rep in repeats),
-        "requests_per_s": statistics.median(rep.row["requests_per_s"] for rep in repeats),
+        **repeat_rates([rep.row for rep in repeats]),
         "prefill_padding_waste": 0.0,  # one request per prefill: nothing is padded
         "decode_padding_waste": 1.0 - sum(s["decode_tokens"] for s in steps) / rows_run if rows_run else 0.0,
         "active_seqs_mean": statistics.fmean(s["active_seqs"] for s in steps),

@@ -72,12 +72,23 @@ class RepeatResult:
         }
 
 
+def repeat_rates(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Rates over a point's repeats: medians, plus the output rate's min–max spread the knee rule reads."""
+    tput = [r["output_tokens_per_s"] for r in rows]
+    return {
+        "output_tokens_per_s": statistics.median(tput), "output_tokens_per_s_min": min(tput),
+        "output_tokens_per_s_max": max(tput),
+        "input_tokens_per_s": statistics.median(r["input_tokens_per_s"] for r in rows),
+        "prefill_tokens_per_s": statistics.median(r["input_tokens"] / r["prefill_ms"] * 1000.0 for r in rows),
+        "requests_per_s": statistics.median(r["requests_per_s"] for r in rows),
+    }
+
+
 def summarise(point_index: int, batch_size: int, repeats: list[RepeatResult], warmup: int) -> dict[str, Any]:
     """The point's summary row: medians and spreads over repeats, percentiles over every request."""
     requests = [r for rep in repeats for r in rep.requests]
     decode_steps = [s for rep in repeats for s in rep.steps if s["phase"] == "decode"]
     step_ms = [s["duration_ms"] for s in decode_steps]
-    tput = [rep.row["output_tokens_per_s"] for rep in repeats]
     waste = [rep.waste for rep in repeats]
     row: dict[str, Any] = {
         "point_index": point_index, "batch_size": batch_size, "status": "ok", "error": None,
@@ -86,12 +97,7 @@ def summarise(point_index: int, batch_size: int, repeats: list[RepeatResult], wa
         "output_len_mean": statistics.fmean(r["output_len"] for r in requests),
         "prefill_ms": statistics.median(rep.row["prefill_ms"] for rep in repeats),
         "decode_step_ms": percentile(step_ms, 50), "decode_step_ms_p95": percentile(step_ms, 95),
-        "output_tokens_per_s": statistics.median(tput), "output_tokens_per_s_min": min(tput),
-        "output_tokens_per_s_max": max(tput),
-        "input_tokens_per_s": statistics.median(rep.row["input_tokens_per_s"] for rep in repeats),
-        "prefill_tokens_per_s": statistics.median(rep.row["input_tokens"] / rep.row["prefill_ms"] * 1000.0
-                                                  for rep in repeats),
-        "requests_per_s": statistics.median(rep.row["requests_per_s"] for rep in repeats),
+        **repeat_rates([rep.row for rep in repeats]),
         "prefill_padding_waste": statistics.fmean(w[0] for w in waste),
         "decode_padding_waste": statistics.fmean(w[1] for w in waste),
         "active_seqs_mean": statistics.fmean(s["active_seqs"] for s in decode_steps) if decode_steps else None,
