@@ -50,7 +50,8 @@ def check_out_dir(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
     if out.is_dir():
-        leftovers = {p.name for p in out.iterdir()} - APP_WRITTEN
+        # dot-files are in-flight atomic writes (the app records the pid right after launching us)
+        leftovers = {p.name for p in out.iterdir() if not p.name.startswith(".")} - APP_WRITTEN
         if leftovers:
             raise ValueError(f"--out {out} already holds a run ({', '.join(sorted(leftovers)[:3])}); "
                              f"choose a new folder")

@@ -156,3 +156,15 @@ def test_real_oom_is_a_result_and_stops_the_sweep(tmp_path):
     assert oom["status"] == "oom" and "OutOfMemory" in oom["error"]
     assert not (out / "points" / "p0002.summary.parquet").exists()
     assert pq.read_table(out / "points" / "p0000.summary.parquet").to_pylist()[0]["status"] == "ok"
+
+
+def test_an_in_flight_atomic_write_of_the_app_does_not_block_the_runner(tmp_path):
+    """The app rewrites status.json (temp file + rename) right after launching the runner; the runner
+    must not take that temp file for another run's results."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "status.json").write_text(json.dumps({"state": "queued"}))
+    (out / ".status.json.x1y2.tmp").write_text("{")
+    result = run_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2",
+                        "--repeats", "1", "--no-calibrate")
+    assert result.returncode == 0, result.stderr
