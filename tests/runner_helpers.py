@@ -19,6 +19,14 @@ def run_runner(out: Path, *options: str, timeout: float = 120) -> subprocess.Com
     return subprocess.run(runner_cmd(out, *options), cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
+def finished_tiny_run(out: Path, batch_sizes: str, repeats: int) -> Path:
+    """A real finished run folder made by the runner: tiny model on the CPU, prompts of 8, outputs of 3."""
+    done = run_runner(out, *TINY, "--batch-sizes", batch_sizes, "--prompt-len", "fixed:8", "--output-len", "fixed:3",
+                      "--repeats", str(repeats), "--warmup", "0")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
 def start_runner(out: Path, *options: str) -> subprocess.Popen:
     return subprocess.Popen(runner_cmd(out, *options), cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from batchscope.ingest import ingest_run
 from batchscope.jobs import JobManager
 from batchscope.store import Store
-from tests.runner_helpers import REPO, TINY, run_runner
+from tests.runner_helpers import REPO, finished_tiny_run
 
 PAGES = ("pages/new_sweep.py", "pages/run.py", "pages/history.py")
 TIMEOUT_S = 60
@@ -23,11 +23,7 @@ TIMEOUT_S = 60
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real finished run folder: tiny model on the CPU, three batch sizes."""
-    out = tmp_path_factory.mktemp("made-elsewhere") / "tiny-cpu"
-    done = run_runner(out, *TINY, "--batch-sizes", "1,2,4", "--prompt-len", "fixed:8", "--output-len", "fixed:3",
-                      "--repeats", "2", "--warmup", "0")
-    assert done.returncode == 0, done.stderr
-    return out
+    return finished_tiny_run(tmp_path_factory.mktemp("made-elsewhere") / "tiny-cpu", "1,2,4", repeats=2)
 
 
 @pytest.fixture

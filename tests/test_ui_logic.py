@@ -10,7 +10,7 @@ import pytest
 from batchscope.analysis import SLO
 from batchscope.store import Store
 from batchscope.ui import form, history_view, run_view
-from tests.runner_helpers import TINY, run_runner
+from tests.runner_helpers import finished_tiny_run
 
 GiB = 1024**3
 
@@ -18,11 +18,7 @@ GiB = 1024**3
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real run folder from the runner: tiny model, CPU, batches 1 and 2."""
-    out = tmp_path_factory.mktemp("runs") / "tiny-run"
-    done = run_runner(out, *TINY, "--batch-sizes", "1,2", "--prompt-len", "fixed:8", "--output-len", "fixed:3",
-                      "--repeats", "1", "--warmup", "0")
-    assert done.returncode == 0, done.stderr
-    return out
+    return finished_tiny_run(tmp_path_factory.mktemp("runs") / "tiny-run", "1,2", repeats=1)
 
 
 def tiny_form(**changes) -> form.SweepForm:
