@@ -434,7 +434,13 @@ class JobManager:
         self._ingest(folder)
 
     def _ingest(self, folder: Path) -> None:
-        report = ingest_run(self.store, folder)
+        """Bring the DB up to the folder. A failure is logged, never raised: it would end the lane
+        thread and leave the run looking busy forever; the next ingest (or app start) catches up."""
+        try:
+            report = ingest_run(self.store, folder)
+        except Exception:
+            log.exception("ingesting %s failed; retrying at the next poll", folder)
+            return
         for warning in report.warnings:
             if warning not in self._warned:
                 self._warned.add(warning)

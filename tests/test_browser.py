@@ -27,7 +27,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = REPO / "test-artifacts"
 PANEL_TITLES = ("output tokens/s", "latency (ms, log)", "utilisation (%)", "memory (GiB)")
-SWEEP_TIMEOUT_MS = 180_000
+SWEEP_TIMEOUT_MS = 300_000  # generous: CI machines are slower and busier than a desk
 CHART = '[data-testid="stVegaLiteChart"]'
 
 
@@ -35,6 +35,9 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("localhost", 0))
         return probe.getsockname()[1]
+
+
+SERVER_ROOTS: dict[str, Path] = {}  # server url -> its temp folder (DB, runs, log), for diagnostics
 
 
 @pytest.fixture
@@ -63,7 +66,9 @@ def server(tmp_path: Path) -> Iterator[str]:
                 process.kill()
                 pytest.fail(f"streamlit did not start: {(tmp_path / 'streamlit.log').read_text()[-2000:]}")
             time.sleep(0.3)
+    SERVER_ROOTS[url] = tmp_path
     yield url
+    SERVER_ROOTS.pop(url, None)
     process.terminate()
     process.wait(timeout=20)
     log.close()
@@ -123,8 +128,31 @@ def launch_tiny_sweep(tab, name: str, batches: str) -> str:
     return tab.url.split("run=")[1].split("&")[0]
 
 
+def diagnostics(tab) -> str:
+    """What the page and the server saw, for a failure message: alerts, run statuses, the log tail."""
+    root = next((path for url, path in SERVER_ROOTS.items() if tab.url.startswith(url)), None)
+    alerts = tab.locator('[data-testid="stAlert"]').all_inner_texts()
+    lines = [f"page {tab.url}", f"alerts: {alerts}"]
+    if root is not None:
+        for status in sorted((root / "runs").glob("*/status.json")):
+            lines.append(f"{status.parent.name}: {status.read_text()}")
+        log = root / "streamlit.log"
+        lines.append("streamlit.log tail:\n" + (log.read_text()[-3000:] if log.exists() else "(none)"))
+    return "\n".join(lines)
+
+
 def wait_until_finished(tab) -> None:
-    tab.get_by_text("What the markers say").wait_for(timeout=SWEEP_TIMEOUT_MS)
+    """Until the run's results show; an error shown instead, or the timeout, fails with diagnostics."""
+    results = tab.get_by_text("What the markers say")
+    ended_badly = tab.get_by_text("The sweep failed").or_(tab.get_by_text("The runner stopped without finishing"))
+    try:
+        results.or_(ended_badly).first.wait_for(timeout=SWEEP_TIMEOUT_MS)
+    except playwright.TimeoutError:
+        shoot(tab, "timeout.png")
+        pytest.fail(f"the sweep did not finish within {SWEEP_TIMEOUT_MS // 1000} s\n{diagnostics(tab)}")
+    if not results.is_visible():
+        shoot(tab, "failed.png")
+        pytest.fail(f"the sweep ended badly\n{diagnostics(tab)}")
     tab.locator('[data-testid="stProgress"]').wait_for(state="detached", timeout=SWEEP_TIMEOUT_MS)
     tab.locator(CHART).first.locator("svg").wait_for(timeout=30_000)
     settle(tab)

@@ -157,6 +157,26 @@ def test_spec_the_runner_rejects_fails_with_its_message(manager: JobManager) -> 
     assert RunFolder(manager.runs_dir / run_id).status()["state"] == "failed"
 
 
+def test_an_ingest_that_fails_once_neither_kills_the_lane_nor_loses_points(manager: JobManager, monkeypatch) -> None:
+    from batchscope import jobs
+
+    real, calls = jobs.ingest_run, []
+
+    def flaky(store, folder):
+        calls.append(folder)
+        if len(calls) == 1:
+            raise RuntimeError("TransactionContext Error: simulated write conflict")
+        return real(store, folder)
+
+    monkeypatch.setattr(jobs, "ingest_run", flaky)
+    first = manager.submit({**QUICK, "name": "flaky"})
+    second = manager.submit({**QUICK, "name": "after"})
+    assert manager.wait(first, RUN_TIMEOUT_S) == "done"
+    assert manager.wait(second, RUN_TIMEOUT_S) == "done"  # the lane survived to launch the next run
+    assert len(calls) > 1
+    assert manager.store.point_indices(first) == {0, 1} and manager.store.point_indices(second) == {0, 1}
+
+
 def test_bad_spec_raises_and_writes_nothing(manager: JobManager) -> None:
     with pytest.raises(SpecError) as caught:
         manager.submit({**QUICK, "batch_sizes": [0, 2]})
