@@ -350,7 +350,10 @@ class JobManager:
                 active = lane.current
             finished = self._watch(active)
             if finished:
-                self._settle(active)
+                try:
+                    self._settle(active)
+                except Exception:  # e.g. a full disk: the next runs must still launch; recover() settles it
+                    log.exception("settling run %s failed", active.run_id)
             with self._changed:
                 lane.current = None
                 self._changed.notify_all()
