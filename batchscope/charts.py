@@ -1,7 +1,8 @@
 """Altair specs for the four linked charts: throughput, latency, utilisation and memory vs batch size.
 
-All four panels share one log2 batch-size axis and one hover selection, so pointing at a batch in any
-panel highlights it in every panel. Knee markers and the working point are vertical rules drawn in all
+All four panels share one log2 x axis and one hover selection, so pointing at a batch in any panel
+highlights it in every panel. x is the run's sweep axis (`analysis.axis.sweep_x`): the batch size of a
+static sweep, or a continuous sweep's max_num_seqs, concurrency or arrival rate. Knee markers and the working point are vertical rules drawn in all
 four. The frames are built in pandas first (testable without a browser); Altair only draws them.
 No streamlit import here: pages decide where a chart goes.
 """
@@ -14,6 +15,8 @@ from typing import Any
 
 import altair as alt
 import pandas as pd
+
+from batchscope.analysis.axis import AXES, axes_of, sweep_x
 
 PANEL_WIDTH = 700
 PANEL_HEIGHT = 190
@@ -38,18 +41,18 @@ MARKER_ATTRIBUTES = (("plateau", "plateau"), ("kneedle", "kneedle"), ("slo_limit
 
 
 def hover_selection() -> alt.Parameter:
-    """The one selection every panel shares: the batch size nearest to the pointer."""
-    return alt.selection_point(name="hover", fields=["batch_size"], on="pointerover", nearest=True,
+    """The one selection every panel shares: the x (batch size, say) nearest to the pointer."""
+    return alt.selection_point(name="hover", fields=["x"], on="pointerover", nearest=True,
                                clear="pointerout", empty=False)
 
 
-def batch_axis_values(*frames: pd.DataFrame) -> list[int]:
-    """Every batch size any frame holds: the tick values of the shared axis."""
-    sizes: set[int] = set()
-    for frame in frames:
-        if "batch_size" in frame:
-            sizes.update(int(b) for b in frame["batch_size"].dropna())
-    return sorted(sizes)
+def axis_values(*tables: pd.DataFrame) -> list[float]:
+    """Every x any points table holds: the tick values of the shared axis."""
+    values: set[float] = set()
+    for table in tables:
+        if "batch_size" in table:
+            values.update(float(x) for x in sweep_x(table).dropna())
+    return sorted(values)
 
 
 def throughput_frame(table: pd.DataFrame, run: str = "") -> pd.DataFrame:
@@ -58,11 +61,11 @@ def throughput_frame(table: pd.DataFrame, run: str = "") -> pd.DataFrame:
     ok = _ok_points(table)
     if "output_tokens_per_s" in ok:
         rows.append(pd.DataFrame({
-            "batch_size": ok["batch_size"], "series": "measured", "value": ok["output_tokens_per_s"],
+            "x": ok["x"], "series": "measured", "value": ok["output_tokens_per_s"],
             "lo": ok.get("output_tokens_per_s_min", ok["output_tokens_per_s"]),
             "hi": ok.get("output_tokens_per_s_max", ok["output_tokens_per_s"])}))
     if "predicted_tokens_per_s" in ok:
-        rows.append(pd.DataFrame({"batch_size": ok["batch_size"], "series": "roofline prediction",
+        rows.append(pd.DataFrame({"x": ok["x"], "series": "roofline prediction",
                                   "value": ok["predicted_tokens_per_s"]}))
     return _finish(rows, run)
 
@@ -80,11 +83,11 @@ def latency_frame(table: pd.DataFrame, percentile: int = 95, run: str = "",
     for metric in metrics:
         column = f"{metric}_ms_p{percentile}"
         if column in ok:
-            rows.append(pd.DataFrame({"batch_size": ok["batch_size"],
+            rows.append(pd.DataFrame({"x": ok["x"],
                                       "series": f"{LATENCY_METRICS[metric]} P{percentile}",
                                       "value": ok[column]}))
     if "itl" in metrics and "predicted_step_ms" in ok:
-        rows.append(pd.DataFrame({"batch_size": ok["batch_size"], "series": "roofline decode step",
+        rows.append(pd.DataFrame({"x": ok["x"], "series": "roofline decode step",
                                   "value": ok["predicted_step_ms"]}))
     frame = _finish(rows, run)
     return frame[frame["value"] > 0]
@@ -94,7 +97,7 @@ def utilisation_frame(table: pd.DataFrame, run: str = "", columns: Mapping[str, 
                       ) -> pd.DataFrame:
     """Long frame of every utilisation metric the run recorded (absent sources are left out)."""
     ok = _ok_points(table)
-    rows = [pd.DataFrame({"batch_size": ok["batch_size"], "series": label, "value": ok[column]})
+    rows = [pd.DataFrame({"x": ok["x"], "series": label, "value": ok[column]})
             for column, label in (columns or UTILISATION_COLUMNS).items()
             if column in ok and ok[column].notna().any()]
     return _finish(rows, run)
@@ -109,18 +112,18 @@ def primary_utilisation(table: pd.DataFrame) -> dict[str, str]:
 
 
 def memory_frame(split: pd.DataFrame, run: str = "") -> pd.DataFrame:
-    """The memory split (batch_size, part, bytes) in GiB with readable part names, in stacking order."""
+    """The memory split (x, part, bytes) in GiB with readable part names, in stacking order."""
     frame = split.dropna(subset=["bytes"])
     parts = frame["part"].astype(str)
-    frame = pd.DataFrame({"batch_size": frame["batch_size"], "series": parts.map(MEMORY_PARTS).fillna(parts),
+    frame = pd.DataFrame({"x": frame["x"], "series": parts.map(MEMORY_PARTS).fillna(parts),
                           "value": frame["bytes"] / GiB, "order": parts.map({p: i for i, p in enumerate(MEMORY_PARTS)}).fillna(len(MEMORY_PARTS))})
     return _finish([frame], run)
 
 
 def memory_total_frame(table: pd.DataFrame, split: pd.DataFrame, run: str = "") -> pd.DataFrame:
-    """One line per run for overlays: the sum of the memory split at each batch size, in GiB."""
-    totals = split.dropna(subset=["bytes"]).groupby("batch_size", as_index=False)["bytes"].sum()
-    frame = pd.DataFrame({"batch_size": totals["batch_size"], "series": "memory used",
+    """One line per run for overlays: the sum of the memory split at each x, in GiB."""
+    totals = split.dropna(subset=["bytes"]).groupby("x", as_index=False)["bytes"].sum()
+    frame = pd.DataFrame({"x": totals["x"], "series": "memory used",
                           "value": totals["bytes"] / GiB})
     return _finish([frame], run)
 
@@ -139,20 +142,20 @@ def marker_frame(analysis: Any, table: pd.DataFrame, run: str = "",
                  ) -> pd.DataFrame:
     """Vertical rules: the knee markers and working point of an analysis, and every OOM point.
 
-    Markers at the same batch share one rule whose label names them all, so labels never overprint.
+    Markers at the same x share one rule whose label names them all, so labels never overprint.
     """
     rows = []
     for attribute, kind in MARKER_ATTRIBUTES:
         marker = getattr(analysis, attribute, None) if analysis is not None else None
         if marker is not None and kind in kinds:
-            rows.append({"batch_size": int(marker.batch_size), "kind": kind, "label": marker.label or kind})
+            rows.append({"x": float(marker.x), "kind": kind, "label": marker.label or kind})
     if "OOM" in kinds and "status" in table:
-        for batch in table.loc[table["status"] == "oom", "batch_size"]:
-            rows.append({"batch_size": int(batch), "kind": "OOM", "label": "OOM"})
+        for x in sweep_x(table)[table["status"] == "oom"]:
+            rows.append({"x": float(x), "kind": "OOM", "label": "OOM"})
     if not rows:
-        return pd.DataFrame(columns=["run", "batch_size", "kind", "label"])
+        return pd.DataFrame(columns=["run", "x", "kind", "label"])
     frame = pd.DataFrame(rows)
-    frame = frame.groupby("batch_size", as_index=False, sort=True).agg(
+    frame = frame.groupby("x", as_index=False, sort=True).agg(
         kind=("kind", "first"), label=("label", lambda labels: " · ".join(dict.fromkeys(labels))))
     frame["label"] = frame["label"] + (f" ({run})" if run else "")
     frame.insert(0, "run", run)
@@ -164,10 +167,10 @@ def linked_charts(table: pd.DataFrame, analysis: Any, slo: Any = None, percentil
     """The four linked panels for one run; `table` is the analysed points table (Analysis.table).
 
     `percentile` defaults to the SLO's percentile (or P95); `memory_split` is analysis.memory_split's
-    long frame (batch_size, part, bytes).
+    long frame (x, part, bytes).
     """
     percentile = percentile or (slo.percentile if slo is not None else 95)
-    split = memory_split if memory_split is not None else pd.DataFrame(columns=["batch_size", "part", "bytes"])
+    split = memory_split if memory_split is not None else pd.DataFrame(columns=["x", "part", "bytes"])
     frames = {
         "throughput": throughput_frame(table),
         "latency": latency_frame(table, percentile),
@@ -176,7 +179,7 @@ def linked_charts(table: pd.DataFrame, analysis: Any, slo: Any = None, percentil
     }
     markers = marker_frame(analysis, table)
     return _stack(frames, markers, colour_by="series", slo=slo, capacity=capacity_frame(table),
-                  stacked_memory=True, batches=batch_axis_values(table), x_title=axis_title(table))
+                  stacked_memory=True, ticks=axis_values(table), x_title=axis_title(table))
 
 
 def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: Mapping[str, Any] | None = None,
@@ -193,7 +196,7 @@ def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: M
     parts: dict[str, list[pd.DataFrame]] = {"throughput": [], "latency": [], "utilisation": [], "memory": []}
     markers, capacities = [], []
     for run, table in tables_by_run.items():
-        split = (splits_by_run or {}).get(run, pd.DataFrame(columns=["batch_size", "part", "bytes"]))
+        split = (splits_by_run or {}).get(run, pd.DataFrame(columns=["x", "part", "bytes"]))
         measured = throughput_frame(table, run)
         parts["throughput"].append(measured[measured["series"] == "measured"])
         parts["latency"].append(latency_frame(table, percentile, run, metrics=(metric,)).query(
@@ -205,27 +208,27 @@ def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: M
         capacities.append(capacity_frame(table, run))
     frames = {name: _concat(found, _EMPTY_LONG) for name, found in parts.items()}
     capacity = _concat(capacities, ["run", "value", "label"]).drop_duplicates(subset=["value"])
-    return _stack(frames, _concat(markers, ["run", "batch_size", "kind", "label"]), colour_by="run",
+    return _stack(frames, _concat(markers, ["run", "x", "kind", "label"]), colour_by="run",
                   slo=slo, capacity=capacity, stacked_memory=False,
-                  batches=batch_axis_values(*tables_by_run.values()),
+                  ticks=axis_values(*tables_by_run.values()),
                   x_title=axis_title(*tables_by_run.values()))
 
 
-_EMPTY_LONG = ["run", "batch_size", "series", "value"]
+_EMPTY_LONG = ["run", "x", "series", "value"]
 _TITLES = {"throughput": "output tokens/s", "latency": "latency (ms, log)",
            "utilisation": "utilisation (%)", "memory": "memory (GiB)"}
 
 
 def _ok_points(table: pd.DataFrame) -> pd.DataFrame:
     ok = table[table["status"] == "ok"] if "status" in table else table
-    return ok.sort_values("batch_size")
+    return ok.assign(x=sweep_x(ok)).sort_values("x")
 
 
 def _finish(rows: list[pd.DataFrame], run: str) -> pd.DataFrame:
     frame = _concat(rows, _EMPTY_LONG[1:])
     frame = frame.dropna(subset=["value"])
     frame.insert(0, "run", run)
-    frame["batch_size"] = frame["batch_size"].astype(int)
+    frame["x"] = frame["x"].astype(float)
     frame["value"] = frame["value"].astype(float)
     return frame.reset_index(drop=True)
 
@@ -236,24 +239,23 @@ def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
 
 
 def axis_title(*tables: pd.DataFrame) -> str:
-    """What the x axis holds: batch size for static points, the batch limit a continuous point ran with
-    (its batch_size is max_num_seqs, or the concurrency of a concurrency sweep), both when overlaid."""
-    axes = set()
-    for table in tables:
-        column = table["sweep_axis"] if "sweep_axis" in table else pd.Series([None] * len(table), dtype=object)
-        axes.update("concurrency" if a == "concurrency" else "max_num_seqs" if isinstance(a, str) else "batch size"
-                    for a in column)
-    names = [name for name in ("batch size", "max_num_seqs", "concurrency") if name in axes] or ["batch size"]
-    return f"{' · '.join(names)} (log2)"
+    """What the x axis holds: batch size for static points, the swept setting of a continuous run
+    (max_num_seqs, concurrency, arrival rate), each named when runs of several kinds are overlaid."""
+    found = [axis for table in tables for axis in axes_of(table)]
+    titles = [axis.title for key, axis in AXES.items() if axis in found] or [AXES["batch_size"].title]
+    if len(titles) == 1:
+        return titles[0]
+    return " · ".join(t.removesuffix(" (log2)") for t in titles) + " (log2)"
 
 
 def _stack(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, colour_by: str, slo: Any,
-           capacity: pd.DataFrame, stacked_memory: bool, batches: list[int],
+           capacity: pd.DataFrame, stacked_memory: bool, ticks: list[float],
            x_title: str = "batch size (log2)") -> alt.VConcatChart:
     hover = hover_selection()
-    x = alt.X("batch_size:Q", title=x_title,
-              scale=alt.Scale(type="log", base=2, domain=_domain(batches)),
-              axis=alt.Axis(values=batches or [1], format="d", labelOverlap="greedy"))
+    whole = all(float(t).is_integer() for t in ticks)
+    x = alt.X("x:Q", title=x_title,
+              scale=alt.Scale(type="log", base=2, domain=_domain(ticks)),
+              axis=alt.Axis(values=ticks or [1], format="d" if whole else "~g", labelOverlap="greedy"))
     legend = alt.selection_point(name="legend", fields=["run"], bind="legend") if colour_by == "run" else None
     panels = []
     for name, frame in frames.items():
@@ -292,15 +294,15 @@ def _capacity_off_scale(frame: pd.DataFrame, capacity: pd.DataFrame, stacked: bo
     """The capacity in words when drawing it would flatten the data (a CPU run's RAM vs a tiny model)."""
     if capacity.empty or frame.empty:
         return None
-    used = frame.groupby(["run", "batch_size"])["value"].sum().max() if stacked else frame["value"].max()
+    used = frame.groupby(["run", "x"])["value"].sum().max() if stacked else frame["value"].max()
     top = float(capacity["value"].max())
     return f"{top:,.1f} GiB" if used > 0 and top > CAPACITY_SCALE_LIMIT * used else None
 
 
-def _domain(batches: list[int]) -> list[float]:
-    if not batches:
+def _domain(ticks: list[float]) -> list[float]:
+    if not ticks:
         return [1, 2]
-    lo, hi = min(batches), max(batches)
+    lo, hi = min(ticks), max(ticks)
     return [lo / 1.25, hi * 1.25]
 
 
@@ -308,11 +310,12 @@ def _panel_layers(name: str, frame: pd.DataFrame, x: alt.X, hover: alt.Parameter
                   legend: alt.Parameter | None, colour_by: str, stacked: bool) -> list[alt.Chart]:
     """Lines (or a stack) for one panel, a transparent nearest-point layer that owns the hover."""
     base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=_EMPTY_LONG))
+    x_name = _x_name(x)
     y_scale = alt.Scale(type="log") if name == "latency" else alt.Scale(zero=True)
     colour = alt.Color(f"{colour_by}:N", title="run" if colour_by == "run" else name,
                        scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(orient="right"))
     tooltip = ([alt.Tooltip("run:N")] if colour_by == "run" else []) + [
-        alt.Tooltip("series:N"), alt.Tooltip("batch_size:Q", title="batch"), alt.Tooltip("value:Q", format=",.3~f")]
+        alt.Tooltip("series:N"), alt.Tooltip("x:Q", title=x_name), alt.Tooltip("value:Q", format=",.3~f")]
     opacity = alt.condition(legend, alt.value(1.0), alt.value(0.12)) if legend is not None else alt.value(1.0)
     layers: list[alt.Chart] = []
     if name == "throughput" and "lo" in frame:
@@ -342,6 +345,11 @@ def _panel_layers(name: str, frame: pd.DataFrame, x: alt.X, hover: alt.Parameter
     return layers
 
 
+def _x_name(x: alt.X) -> str:
+    """The axis name for tooltips: "batch size", "arrival rate"."""
+    return str(x.to_dict().get("title", "x")).split(" (")[0]
+
+
 def _hover_rule(frame: pd.DataFrame, x: alt.X, hover: alt.Parameter) -> alt.Chart:
     data = frame if not frame.empty else pd.DataFrame(columns=_EMPTY_LONG)
     return alt.Chart(data).mark_rule(color="#555", strokeWidth=1).encode(x=x).transform_filter(hover)
@@ -355,8 +363,9 @@ def _marker_layers(markers: pd.DataFrame, x: alt.X) -> list[alt.Chart]:
                        scale=alt.Scale(domain=list(MARKER_COLOURS), range=list(MARKER_COLOURS.values())),
                        legend=None)
     base = alt.Chart(markers)
+    x_name = _x_name(x)
     rule = base.mark_rule(strokeDash=[6, 3], strokeWidth=1.6).encode(
-        x=x, color=colour, tooltip=[alt.Tooltip("label:N"), alt.Tooltip("batch_size:Q", title="batch")])
+        x=x, color=colour, tooltip=[alt.Tooltip("label:N"), alt.Tooltip("x:Q", title=x_name)])
     text = base.mark_text(align="left", baseline="top", dx=3, fontSize=10).encode(
         x=x, y=alt.value(3), text="label:N", color=colour)
     return [rule, text]

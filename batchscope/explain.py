@@ -77,13 +77,13 @@ def throughput_sentences(table: pd.DataFrame, analysis: Analysis | None) -> tupl
         opening = (f"Throughput rises from {tok_s(t0)} at batch {b0} to {tok_s(tb)} at batch {bb}: "
                    f"{times(tb / t0)} the throughput for a {bb / b0:g}× larger batch.")
     plateau = analysis.plateau if analysis is not None else None
-    after = curve[curve["batch_size"] > plateau.batch_size] if plateau is not None else curve.iloc[0:0]
+    after = curve[curve["batch_size"] > int(plateau.x)] if plateau is not None else curve.iloc[0:0]
     if plateau is not None and not after.empty:
-        here = curve[curve["batch_size"] == plateau.batch_size].iloc[0]
+        here = curve[curve["batch_size"] == int(plateau.x)].iloc[0]
         nxt = after.iloc[0]
         gain = doubling_gain(here, nxt)
         change = f"adds only {pct(gain, 1)}" if gain >= 0 else f"loses {pct(-gain, 1)}"
-        return opening, (f"Past batch {plateau.batch_size} it plateaus: going on to batch {int(nxt['batch_size'])} "
+        return opening, (f"Past batch {int(plateau.x)} it plateaus: going on to batch {int(nxt['batch_size'])} "
                          f"{change} per doubling ({tok_s(here['output_tokens_per_s'])} → "
                          f"{tok_s(nxt['output_tokens_per_s'])}), under the {pct(analysis.plateau_gain)} a doubling "
                          f"must add to count as still rising.")
@@ -324,7 +324,7 @@ def slo_sentence(table: pd.DataFrame, analysis: Analysis | None, slo: SLO | None
     if not meets.any():
         return (f"No batch meets a {slo.name} SLO of {num(slo.ms)} ms: even batch {int(first['batch_size'])} "
                 f"takes {ms(first[slo.column])}.")
-    limit = analysis.slo_limit.batch_size if analysis is not None and analysis.slo_limit is not None \
+    limit = int(analysis.slo_limit.x) if analysis is not None and analysis.slo_limit is not None \
         else int(curve.loc[meets, "batch_size"].max())
     here = curve[curve["batch_size"] == limit].iloc[0]
     beyond = curve[curve["batch_size"] > limit]
@@ -342,27 +342,27 @@ def working_point_sentence(table: pd.DataFrame, analysis: Analysis | None, slo: 
     if curve.empty or marker is None:
         within = f" meets the {num(slo.ms)} ms {slo.name} SLO" if slo is not None else " finished"
         return f"So there is no working point: no batch at or before the plateau{within}."
-    row = curve[curve["batch_size"] == marker.batch_size]
+    row = curve[curve["batch_size"] == int(marker.x)]
     if row.empty:
-        return f"The working point is batch {marker.batch_size}, but its throughput was not recorded."
+        return f"The working point is batch {int(marker.x)}, but its throughput was not recorded."
     best = curve.loc[curve["output_tokens_per_s"].idxmax()]
     t, tb = float(row.iloc[0]["output_tokens_per_s"]), float(best["output_tokens_per_s"])
     latency = ""
     if slo is not None and value(row.iloc[0], slo.column) is not None:
         latency = f" at {ms(row.iloc[0][slo.column])} {slo.name}"
-    share = ("the best measured" if marker.batch_size == int(best["batch_size"])
+    share = ("the best measured" if int(marker.x) == int(best["batch_size"])
              else f"{pct(t / tb)} of the best measured ({tok_s(tb)} at batch {int(best['batch_size'])})")
-    plateau = analysis.plateau.batch_size if analysis.plateau is not None else None
-    larger = curve[curve["batch_size"] > marker.batch_size]
+    plateau = int(analysis.plateau.x) if analysis.plateau is not None else None
+    larger = curve[curve["batch_size"] > int(marker.x)]
     blocked = slo is not None and not larger.empty and (measured(larger, slo.column)[slo.column] > slo.ms).any()
     limited_by = ""
-    if blocked and (plateau is None or plateau > marker.batch_size):
+    if blocked and (plateau is None or plateau > int(marker.x)):
         limited_by = "; the SLO, not throughput, sets it"
-    elif plateau == marker.batch_size:
+    elif plateau == int(marker.x):
         limited_by = "; past it throughput stops paying"
     elif larger.empty:
         limited_by = "; it is the largest batch measured"
-    return f"The working point is batch {marker.batch_size}: {tok_s(t)}{latency}, {share}{limited_by}."
+    return f"The working point is batch {int(marker.x)}: {tok_s(t)}{latency}, {share}{limited_by}."
 
 
 # ---- fast vs hf-generate ----

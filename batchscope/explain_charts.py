@@ -13,9 +13,10 @@ import altair as alt
 import pandas as pd
 
 from batchscope import charts
+from batchscope.analysis.axis import sweep_x
 
 WIDTH, HEIGHT = 720, 300
-EMPTY = ["batch_size", "series", "value", "dashed"]
+EMPTY = ["x", "series", "value", "dashed"]
 GPU_UTILISATION = ("gpu_util_pct", "sm_util_pct", "tensor_active_pct", "dram_bw_util_pct")
 MEETS, MISSES = "#1b9e77", "#d62728"
 RULE_COLOURS = {**charts.MARKER_COLOURS, "ridge": "#555555"}
@@ -70,12 +71,12 @@ def memory_chart(table: pd.DataFrame, split: pd.DataFrame) -> alt.LayerChart:
                        legend=alt.Legend(orient="bottom", columns=3))
     layers: list[alt.Chart] = [base.mark_area(opacity=0.85, line=True).encode(
         x=x, y=alt.Y("value:Q", stack="zero", title="memory (GiB)"), color=colour, order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("series:N", title="part"), alt.Tooltip("batch_size:Q", title="batch"),
+        tooltip=[alt.Tooltip("series:N", title="part"), alt.Tooltip("x:Q", title="batch"),
                  alt.Tooltip("value:Q", title="GiB", format=",.2f")])]
     title = titled(frame, "memory (GiB), stacked")
     capacity = charts.capacity_frame(table)
     if not capacity.empty:
-        used = frame.groupby("batch_size")["value"].sum().max() if not frame.empty else 0.0
+        used = frame.groupby("x")["value"].sum().max() if not frame.empty else 0.0
         top = float(capacity["value"].iloc[0])
         if used > 0 and top > charts.CAPACITY_SCALE_LIMIT * used:
             title += f" — capacity {top:,.1f} GiB is off the scale"
@@ -88,19 +89,19 @@ def memory_chart(table: pd.DataFrame, split: pd.DataFrame) -> alt.LayerChart:
 def roofline_chart(table: pd.DataFrame, ridge: float | None) -> alt.LayerChart:
     """Measured decode step vs the roofline floor (log scale), and the ridge batch when it is in view."""
     ok = table[table["status"] == "ok"] if "status" in table else table
-    parts = [pd.DataFrame({"batch_size": ok["batch_size"], "series": name, "value": ok[column], "dashed": dashed})
+    parts = [pd.DataFrame({"x": sweep_x(ok), "series": name, "value": ok[column], "dashed": dashed})
              for column, name, dashed in (("decode_step_ms", "measured decode step", False),
                                           ("predicted_step_ms", "roofline floor", True)) if column in ok]
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=EMPTY)
     frame = frame.assign(value=pd.to_numeric(frame["value"], errors="coerce")).dropna(subset=["value"])
     frame = frame[frame["value"] > 0]
-    batches = charts.batch_axis_values(table)
+    batches = charts.axis_values(table)
     title = titled(frame, "decode step (ms, log)")
     in_view = ridge is not None and batches and batches[0] / 4 <= ridge <= batches[-1] * 4
     x = batch_x(table, extra=(ridge,) if in_view else ())
     layers = lines(frame, x, "ms per decode step (log)", log=True)
     if in_view:
-        layers += marker_rules(pd.DataFrame({"batch_size": [ridge], "kind": ["ridge"],
+        layers += marker_rules(pd.DataFrame({"x": [ridge], "kind": ["ridge"],
                                              "label": [f"ridge ≈ {ridge:,.0f}"]}), x)
     elif ridge is not None:
         title += f" — ridge ≈ {ridge:,.0f}, off the scale"
@@ -113,15 +114,15 @@ def working_point_chart(table: pd.DataFrame, analysis: Any, slo: Any) -> alt.Lay
     frame = charts.latency_frame(table, percentile, metrics=(metric,))
     frame = frame[frame["series"] != "roofline decode step"].assign(dashed=False)
     tput = charts.throughput_frame(table)
-    tput = tput[tput["series"] == "measured"][["batch_size", "value"]].rename(columns={"value": "tok_s"})
-    frame = frame.merge(tput, on="batch_size", how="left")
+    tput = tput[tput["series"] == "measured"][["x", "value"]].rename(columns={"value": "tok_s"})
+    frame = frame.merge(tput, on="x", how="left")
     x = batch_x(table)
     y_title = f"{charts.LATENCY_METRICS[metric]} P{percentile} (ms, log)"
     y = alt.Y("value:Q", title=y_title, scale=alt.Scale(type="log"))
     base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY + ["tok_s"]))
     meets = (alt.condition(f"datum.value <= {float(slo.ms)}", alt.value(MEETS), alt.value(MISSES))
              if slo is not None else alt.value("#4c78a8"))
-    tooltip = [alt.Tooltip("batch_size:Q", title="batch"), alt.Tooltip("value:Q", title="ms", format=",.1f"),
+    tooltip = [alt.Tooltip("x:Q", title="batch"), alt.Tooltip("value:Q", title="ms", format=",.1f"),
                alt.Tooltip("tok_s:Q", title="output tok/s", format=",.0f")]
     layers: list[alt.Chart] = [base.mark_line(color="#888").encode(x=x, y=y),
                                base.mark_point(size=110, filled=True).encode(x=x, y=y, color=meets, tooltip=tooltip)]
@@ -139,7 +140,7 @@ def contrast_chart(tables: Mapping[str, pd.DataFrame]) -> alt.HConcatChart:
         tput.append(measured[measured["series"] == "measured"])
         ok = table[table["status"] == "ok"] if "status" in table else table
         if "decode_step_ms" in ok:
-            step.append(pd.DataFrame({"run": label, "batch_size": ok["batch_size"].astype(int),
+            step.append(pd.DataFrame({"run": label, "x": sweep_x(ok),
                                       "value": pd.to_numeric(ok["decode_step_ms"], errors="coerce")}).dropna())
     x = batch_x(*tables.values())
     colour = alt.Color("run:N", title="engine", scale=alt.Scale(domain=list(tables), scheme="tableau10"),
@@ -147,10 +148,10 @@ def contrast_chart(tables: Mapping[str, pd.DataFrame]) -> alt.HConcatChart:
     panels = []
     for frames, title, log in ((tput, "output tokens/s", False), (step, "decode step (ms, log)", True)):
         found = [f for f in frames if not f.empty]
-        frame = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=["run", "batch_size", "value"])
+        frame = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=["run", "x", "value"])
         y = alt.Y("value:Q", title=title, scale=alt.Scale(type="log") if log else alt.Scale(zero=True))
         base = alt.Chart(frame)
-        tooltip = [alt.Tooltip("run:N", title="engine"), alt.Tooltip("batch_size:Q", title="batch"),
+        tooltip = [alt.Tooltip("run:N", title="engine"), alt.Tooltip("x:Q", title="batch"),
                    alt.Tooltip("value:Q", format=",.2f")]
         panels.append(alt.layer(base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour),
                                 base.mark_point(size=50, filled=True).encode(x=x, y=y, color=colour.legend(None),
@@ -176,9 +177,9 @@ def resize(chart: alt.TopLevelMixin, width: int, height: int, font: int = 15) ->
 
 def batch_x(*tables: pd.DataFrame, extra: tuple[float, ...] = ()) -> alt.X:
     """The log2 batch axis, ticked at every batch the tables hold; `extra` values are kept in view too."""
-    batches = charts.batch_axis_values(*tables)
+    batches = charts.axis_values(*tables)
     span = batches + list(extra) or [1, 2]
-    return alt.X("batch_size:Q", title="batch size (log2)",
+    return alt.X("x:Q", title="batch size (log2)",
                  scale=alt.Scale(type="log", base=2, domain=[min(span) / 1.25, max(span) * 1.25]),
                  axis=alt.Axis(values=batches or [1], format="d", labelOverlap="greedy"))
 
@@ -189,7 +190,7 @@ def lines(frame: pd.DataFrame, x: alt.X, y_title: str, log: bool = False) -> lis
     y = alt.Y("value:Q", title=y_title, scale=alt.Scale(type="log") if log else alt.Scale(zero=True))
     colour = alt.Color("series:N", title=None, scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(orient="bottom"))
     dash = alt.condition("datum.dashed", alt.value([6, 4]), alt.value([1, 0]))
-    tooltip = [alt.Tooltip("series:N"), alt.Tooltip("batch_size:Q", title="batch"),
+    tooltip = [alt.Tooltip("series:N"), alt.Tooltip("x:Q", title="batch"),
                alt.Tooltip("value:Q", format=",.3~f")]
     return [base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour, strokeDash=dash),
             base.mark_point(size=60, filled=True).encode(x=x, y=y, color=colour.legend(None), tooltip=tooltip)]
@@ -202,9 +203,9 @@ def marker_rules(markers: pd.DataFrame, x: alt.X) -> list[alt.Chart]:
     colour = alt.Color("kind:N", scale=alt.Scale(domain=list(RULE_COLOURS), range=list(RULE_COLOURS.values())),
                        legend=None)
     base = alt.Chart(markers)
-    last = float(markers["batch_size"].max())
+    last = float(markers["x"].max())
     layers = [base.mark_rule(strokeDash=[6, 3], strokeWidth=2).encode(x=x, color=colour)]
-    for keep, align, dx in ((alt.datum.batch_size < last, "left", 4), (alt.datum.batch_size >= last, "right", -4)):
+    for keep, align, dx in ((alt.datum.x < last, "left", 4), (alt.datum.x >= last, "right", -4)):
         layers.append(base.transform_filter(keep).mark_text(
             align=align, baseline="top", dx=dx, fontSize=12, fontWeight="bold").encode(
             x=x, y=alt.value(4), text="label:N", color=colour))

@@ -16,6 +16,7 @@ import pandas as pd
 
 from batchscope import config
 from batchscope.analysis import SLO, Analysis, analyse
+from batchscope.analysis.axis import BATCH, SweepAxis
 from batchscope.analysis.marker import num, pct
 from batchscope.analysis.model_facts import quant_note
 from batchscope.store import Store
@@ -104,25 +105,26 @@ def to_markdown(run: dict, analysis: Analysis) -> str:
               + ("none" if slo is None else f"{slo.name} ≤ {num(slo.ms)} ms") + ".", "", "## Markers", ""]
     for name, marker in analysis.markers().items():
         title = name.replace("_", " ")
-        lines.append(f"- **{title}**: " + ("none" if marker is None else f"batch {marker.batch_size}. {marker.sentence}"))
+        lines.append(f"- **{title}**: " + ("none" if marker is None else f"{analysis.axis.at(marker.x)}. {marker.sentence}"))
     ridge = "none (memory-bound at every batch)" if analysis.ridge_batch is None else f"≈ {num(analysis.ridge_batch)}"
     lines += [f"- **ridge batch**: {ridge}", ""]
     if analysis.notes:
         lines += ["## Notes", ""] + [f"- {note}" for note in analysis.notes] + [""]
-    lines += ["## Points", "", *points_table(analysis.table, slo)]
+    lines += ["## Points", "", *points_table(analysis.table, slo, analysis.axis)]
     return "\n".join(lines)
 
 
-def points_table(table: pd.DataFrame, slo: SLO | None) -> list[str]:
-    """Markdown rows: throughput with its repeat spread, decode step vs roofline, latencies, memory."""
+def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) -> list[str]:
+    """Markdown rows, one per point along the run's axis: throughput with its repeat spread, decode step vs roofline, latencies, memory."""
     latency = [("ttft_ms_p50", "TTFT p50 ms"), ("itl_ms_p50", "ITL p50 ms"), ("e2e_ms_p95", "E2E p95 ms")]
     if slo is not None and slo.column not in dict(latency):
         latency.append((slo.column, f"{slo.name} ms"))
-    header = (["batch", "status", "out tok/s (min–max)", "decode step ms", "roofline ms", "% of roofline", "bound"]
+    along = [] if axis.key == "batch_size" else [axis.noun]
+    header = (along + ["batch", "status", "out tok/s (min–max)", "decode step ms", "roofline ms", "% of roofline", "bound"]
               + [label for _, label in latency] + ["peak alloc GiB"])
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, p in table.iterrows():
-        cells = [str(int(p["batch_size"])), _status(p), _spread(p), _cell(p.get("decode_step_ms")),
+        cells = [axis.value(p["x"]) for _ in along] + [str(int(p["batch_size"])), _status(p), _spread(p), _cell(p.get("decode_step_ms")),
                  _cell(p.get("predicted_step_ms")), _cell(p.get("roofline_pct")), _text(p.get("bound"))]
         cells += [_cell(p.get(column)) for column, _ in latency]
         cells.append(_cell(p.get("mem_peak_allocated"), scale=1024**3))

@@ -62,6 +62,7 @@ percentile = pct_col.selectbox("Latency percentile", sweep_form.SLO_PERCENTILES,
 if picked:
     problem = history_view.overlay_problem(picked)
     overlay = {} if problem else history_view.overlay_runs(store, {rid: labels_all[rid] for rid in picked}, None)
+    problem = problem or history_view.axis_problem(overlay)
     if problem:
         st.warning(problem)
     elif not overlay:

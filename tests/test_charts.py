@@ -75,7 +75,7 @@ def test_throughput_frame_has_band_and_roofline_and_leaves_oom_points_out(run) -
     _, analysis, _, _ = run
     frame = charts.throughput_frame(analysis.table)
     measured = frame[frame["series"] == "measured"]
-    assert measured["batch_size"].tolist() == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert measured["x"].tolist() == [1, 2, 4, 8, 16, 32, 64, 128]
     assert (measured["lo"] <= measured["value"]).all() and (measured["value"] <= measured["hi"]).all()
     assert (frame["series"] == "roofline prediction").sum() == 8
 
@@ -100,7 +100,7 @@ def test_utilisation_frame_keeps_only_recorded_sources() -> None:
 def test_memory_frame_is_in_gib_in_stacking_order(run) -> None:
     _, _, split, _ = run
     frame = charts.memory_frame(split)
-    weights = frame[(frame["series"] == "weights") & (frame["batch_size"] == 1)]["value"].item()
+    weights = frame[(frame["series"] == "weights") & (frame["x"] == 1)]["value"].item()
     assert weights == pytest.approx(16.0)
     assert frame.sort_values("order")["series"].iloc[0] == "weights"
 
@@ -108,10 +108,10 @@ def test_memory_frame_is_in_gib_in_stacking_order(run) -> None:
 def test_markers_at_one_batch_share_a_rule_and_oom_points_get_their_own(run) -> None:
     points, analysis, _, _ = run
     markers = charts.marker_frame(analysis, points)
-    assert markers["batch_size"].is_unique
-    wp = analysis.working_point.batch_size
-    assert "working point" in markers.set_index("batch_size").loc[wp, "label"]
-    assert markers[markers["kind"] == "OOM"]["batch_size"].tolist() == [256]
+    assert markers["x"].is_unique
+    wp = analysis.working_point.x
+    assert "working point" in markers.set_index("x").loc[wp, "label"]
+    assert markers[markers["kind"] == "OOM"]["x"].tolist() == [256]
 
 
 def test_linked_charts_share_axis_hover_and_markers_across_four_panels(run) -> None:
@@ -162,8 +162,8 @@ def test_overlay_of_ten_runs_with_twenty_points_keeps_one_line_per_run_per_panel
         data = pd.DataFrame(spec["datasets"][lines[-1]["data"]["name"]])
         assert data.groupby("run")["series"].nunique().max() == 1
         assert data["run"].nunique() == 10
-        assert data["batch_size"].max() == 2**19
-    assert charts.batch_axis_values(*tables.values())[-1] == 2**19
+        assert data["x"].max() == 2**19
+    assert charts.axis_values(*tables.values())[-1] == 2**19
 
 
 def test_empty_panels_say_no_data_instead_of_failing() -> None:

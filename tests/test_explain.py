@@ -137,7 +137,7 @@ def memory_points(status: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     table = points(mem_weights=[2 * GiB] * 3, mem_kv_used=[GiB, 2 * GiB, 4 * GiB],
                    mem_kv_allocated=[GiB, 2 * GiB, 4 * GiB], active_tokens_mean=[1000.0, 2000.0, 4000.0],
                    mem_capacity=[12 * GiB] * 3, status=status)
-    split = pd.DataFrame({"batch_size": [1, 1, 2, 2, 4, 4], "status": [status[0]] * 2 + [status[1]] * 2 + [status[2]] * 2,
+    split = pd.DataFrame({"batch_size": [1, 1, 2, 2, 4, 4], "x": [1.0, 1, 2, 2, 4, 4], "status": [status[0]] * 2 + [status[1]] * 2 + [status[2]] * 2,
                           "part": ["weights", "kv_used"] * 3,
                           "bytes": [2 * GiB, GiB, 2 * GiB, 2 * GiB, 2 * GiB, 4 * GiB]})
     return table, split
@@ -157,7 +157,7 @@ def test_memory_names_the_oom_point_and_missing_split() -> None:
     table, split = memory_points(["ok", "ok", "oom"])
     assert explain.memory_sentences(table, split)[1] == (
         "Batch 4 ran out of memory; the largest batch that fit, 2, used 4.0 GiB of the 12.0 GiB on the device (33 %).")
-    empty = pd.DataFrame(columns=["batch_size", "status", "part", "bytes"])
+    empty = pd.DataFrame(columns=["batch_size", "x", "status", "part", "bytes"])
     first, second = explain.memory_sentences(points(output_tokens_per_s=[1.0]), empty)
     assert "recorded no memory split" in first and "no memory measurement" in second
 

@@ -34,21 +34,21 @@ def test_gain_is_normalised_per_doubling() -> None:
 
 def test_clean_saturating_curve() -> None:
     result = analyse(make_points(POW2, SATURATING), None, None)
-    assert result.plateau is not None and result.plateau.batch_size == 32
+    assert result.plateau is not None and result.plateau.x == 32
     # 2310 / 2200 − 1 = 0.05 → "5 %"
     assert result.plateau.sentence == ("Doubling past batch 32 adds only 5 % throughput "
                                        "(2 200 tok/s → 2 310 tok/s), so the plateau starts at 32.")
-    assert result.kneedle is not None and result.kneedle.batch_size == 32
+    assert result.kneedle is not None and result.kneedle.x == 32
     # 2200 / 2500 = 88 % of the best
     assert "88 % of the best" in result.kneedle.sentence
-    assert result.working_point is not None and result.working_point.batch_size == 32
+    assert result.working_point is not None and result.working_point.x == 32
     assert result.working_point.sentence == "Batch 32 is recommended: throughput plateaus there (2 200 tok/s)."
 
 
 def test_gain_threshold_is_configurable() -> None:
     # steps after 32 gain 5 %, 6.06 %, 2.04 %: with a 3 % threshold only 128→256 (2.04 %) is flat
     call = plateau(ok_curve(make_points(POW2, SATURATING)), gain=0.03)
-    assert call.marker is not None and call.marker.batch_size == 128
+    assert call.marker is not None and call.marker.x == 128
 
 
 def test_noisy_curve_does_not_call_the_knee_inside_overlapping_spreads() -> None:
@@ -62,7 +62,7 @@ def test_noisy_curve_does_not_call_the_knee_inside_overlapping_spreads() -> None
                             "overlap (batch 16: 1 500–2 250 tok/s; batch 32: 2 100–2 300 tok/s)")
                for n in result.notes)
     # the plateau starts at 16 or 32; 32 is the latest, so the working point may go up to it
-    assert result.working_point is not None and result.working_point.batch_size == 32
+    assert result.working_point is not None and result.working_point.x == 32
     assert "noise leaves undecided" in result.working_point.sentence
 
 
@@ -80,7 +80,7 @@ def test_monotone_curve_has_no_knee() -> None:
     assert any(n.startswith("No plateau: going from batch 128 to 256 still adds 100 % throughput per doubling")
                for n in result.notes)
     assert any(n.startswith("Kneedle finds no knee") for n in result.notes)
-    assert result.working_point is not None and result.working_point.batch_size == 256
+    assert result.working_point is not None and result.working_point.x == 256
     assert "only because it is the largest measured" in result.working_point.sentence
 
 
@@ -93,8 +93,8 @@ def test_linear_in_log2_curve_has_no_knee() -> None:
 def test_oom_tail_is_shown_but_not_fitted() -> None:
     points = make_points(POW2 + [512], SATURATING[:8] + [None, None], status=["ok"] * 8 + ["oom", "oom"])
     result = analyse(points, None, None)
-    assert result.plateau is not None and result.plateau.batch_size == 32
-    assert result.kneedle is not None and result.kneedle.batch_size == 32
+    assert result.plateau is not None and result.plateau.x == 32
+    assert result.kneedle is not None and result.kneedle.x == 32
     assert "Batch 256 ran out of memory; it is shown but excluded from the fits." in result.notes
     assert list(result.table["batch_size"]) == POW2 + [512]
 
@@ -104,22 +104,22 @@ def test_oom_before_the_plateau_leaves_it_uncalled() -> None:
     result = analyse(points, None, None)
     assert result.plateau is None
     assert "Batch 8 ran out of memory; it is shown but excluded from the fits." in result.notes
-    assert result.working_point is not None and result.working_point.batch_size == 4
+    assert result.working_point is not None and result.working_point.x == 4
 
 
 def test_two_slope_curve_kneedle_picks_the_first_bend_plateau_the_last() -> None:
     # gains: 100 % ×3, then 8.75 %, 8.05 % (a shelf), then 38.3 %, 30.8 % (second rise), then 4.7 %, 2.25 %
     tput = [100, 200, 400, 800, 870, 940, 1300, 1700, 1780, 1820]
     result = analyse(make_points(POW2 + [512], tput), None, None)
-    assert result.kneedle is not None and result.kneedle.batch_size == 8
-    assert result.plateau is not None and result.plateau.batch_size == 128
-    assert result.working_point is not None and result.working_point.batch_size == 128
+    assert result.kneedle is not None and result.kneedle.x == 8
+    assert result.plateau is not None and result.plateau.x == 128
+    assert result.working_point is not None and result.working_point.x == 128
 
 
 def test_non_doubling_grid_uses_gain_per_doubling() -> None:
     # 16→64 is +15 % raw but two doublings: 1.15 ** 0.5 − 1 = 7.24 % < 10 %, so the plateau is 16
     call = plateau(ok_curve(make_points([1, 4, 16, 64], [100, 400, 1000, 1150])))
-    assert call.marker is not None and call.marker.batch_size == 16
+    assert call.marker is not None and call.marker.x == 16
     assert call.marker.sentence == ("Past batch 16 throughput adds only 7.2 % per doubling (1 000 tok/s at 16 → "
                                     "1 150 tok/s at 64), so the plateau starts at 16.")
 
@@ -127,7 +127,7 @@ def test_non_doubling_grid_uses_gain_per_doubling() -> None:
 def test_falling_throughput_after_the_plateau() -> None:
     call = plateau(ok_curve(make_points([1, 2, 4, 8], [100, 200, 190, 180])))
     # 200 → 190 is −5 %
-    assert call.marker is not None and call.marker.batch_size == 2
+    assert call.marker is not None and call.marker.x == 2
     assert "loses 5 % throughput" in call.marker.sentence
 
 
@@ -153,4 +153,4 @@ def test_kneedle_is_not_fooled_by_an_early_dip():
     # batch 1 is an endpoint and only batch 128 lies above it (chord at log2 = 7: 31 + 1450·7/8 ≈ 1300
     # < 1548), so the knee is 128, never 1.
     curve = make_points([1, 2, 4, 8, 16, 32, 64, 128, 256], [31, 30, 53, 134, 286, 536, 743, 1548, 1481])
-    assert analyse(curve, None, None).kneedle.batch_size == 128
+    assert analyse(curve, None, None).kneedle.x == 128

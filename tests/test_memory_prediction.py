@@ -99,4 +99,4 @@ def test_memory_split_long_table() -> None:
     # batch 2 (a CPU-like point) reports no allocator parts; the OOM point reports nothing
     assert split[split["batch_size"] == 2]["part"].astype(str).tolist() == ["weights", "kv_used", "other"]
     assert 4 not in set(split["batch_size"])
-    assert list(split.columns) == ["run_id", "batch_size", "status", "part", "bytes", "capacity"]
+    assert list(split.columns) == ["run_id", "batch_size", "x", "status", "part", "bytes", "capacity"]

@@ -50,9 +50,9 @@ def test_json_report(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = json.loads(capsys.readouterr().out)
     markers = out["markers"]
     # plateau 32 (as in test_knee); P95 E2E ≤ 400 ms up to batch 16 (300 ms), so the working point is 16
-    assert markers["plateau"]["batch_size"] == 32
-    assert markers["slo_limit"]["batch_size"] == 16
-    assert markers["working_point"]["batch_size"] == 16
+    assert markers["plateau"]["x"] == 32
+    assert markers["slo_limit"]["x"] == 16
+    assert markers["working_point"]["x"] == 16
     assert out["ridge_batch"] == pytest.approx(1000)
     assert out["settings"]["slo"] == {"metric": "e2e", "percentile": 95, "ms": 400.0}
     assert out["run"]["name"] == "demo sweep"
@@ -95,7 +95,7 @@ def test_through_the_cli(db: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "batchscope", "report", "r1", "--db", str(db), "--format", "json"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["markers"]["working_point"]["batch_size"] == 32
+    assert json.loads(done.stdout)["markers"]["working_point"]["x"] == 32
 
 
 def test_analysis_and_report_never_load_torch() -> None:

@@ -29,10 +29,10 @@ def test_bad_slo_is_refused(bad: dict) -> None:
 def test_slo_beyond_the_plateau_keeps_the_plateau() -> None:
     result = analyse(saturating_with_latency(), None, None, SLO("e2e", 95, 1000))
     # 64 takes 900 ≤ 1000, 128 takes 1700 > 1000
-    assert result.slo_limit is not None and result.slo_limit.batch_size == 64
+    assert result.slo_limit is not None and result.slo_limit.x == 64
     assert result.slo_limit.sentence == ("Batch 64 is the largest whose P95 E2E latency (900 ms) meets the "
                                          "1 000 ms SLO; batch 128 takes 1 700 ms.")
-    assert result.working_point is not None and result.working_point.batch_size == 32
+    assert result.working_point is not None and result.working_point.x == 32
     assert result.working_point.sentence == ("Batch 32 is recommended: throughput plateaus there (2 200 tok/s) and "
                                              "its P95 E2E latency (500 ms) meets the 1 000 ms SLO.")
 
@@ -40,16 +40,16 @@ def test_slo_beyond_the_plateau_keeps_the_plateau() -> None:
 def test_slo_before_the_plateau_sets_the_working_point() -> None:
     result = analyse(saturating_with_latency(), None, None, SLO("e2e", 95, 400))
     # 16 takes 300 ≤ 400; the plateau batch 32 takes 500
-    assert result.slo_limit.batch_size == 16
-    assert result.working_point.batch_size == 16
+    assert result.slo_limit.x == 16
+    assert result.working_point.x == 16
     assert "the plateau at 32 would take 500 ms" in result.working_point.sentence
 
 
 def test_slo_every_point_meets() -> None:
     result = analyse(saturating_with_latency(), None, None, SLO("e2e", 95, 5000))
-    assert result.slo_limit.batch_size == 256
+    assert result.slo_limit.x == 256
     assert result.slo_limit.sentence.startswith("Every measured batch meets the 5 000 ms P95 E2E SLO")
-    assert result.working_point.batch_size == 32
+    assert result.working_point.x == 32
 
 
 def test_slo_none_meets() -> None:
@@ -62,24 +62,24 @@ def test_slo_none_meets() -> None:
 def test_slo_on_another_percentile() -> None:
     # TTFT P99 = 10 × batch: ≤ 100 ms up to batch 8
     result = analyse(saturating_with_latency(), None, None, SLO("ttft", 99, 100))
-    assert result.slo_limit.batch_size == 8 and result.working_point.batch_size == 8
+    assert result.slo_limit.x == 8 and result.working_point.x == 8
 
 
 def test_no_plateau_working_point_is_largest_within_slo() -> None:
     points = make_points(POW2, [100 * 2**i for i in range(9)], e2e_ms_p95=E2E_P95)
     result = analyse(points, None, None, SLO("e2e", 95, 1000))
-    assert result.plateau is None and result.working_point.batch_size == 64
+    assert result.plateau is None and result.working_point.x == 64
     assert "throughput has not plateaued" in result.working_point.sentence
 
 
 def test_oom_points_never_meet_the_slo() -> None:
     points = make_points([1, 2, 4], [100, 200, None], status=["ok", "ok", "oom"], e2e_ms_p95=[10, 20, None])
     result = analyse(points, None, None, SLO("e2e", 95, 1000))
-    assert result.slo_limit.batch_size == 2
+    assert result.slo_limit.x == 2
 
 
 def test_non_monotone_latency_is_flagged() -> None:
     points = make_points([1, 2, 4], [100, 200, 400], e2e_ms_p95=[10, 90, 40])
     result = analyse(points, None, None, SLO("e2e", 95, 50))
-    assert result.slo_limit.batch_size == 4
+    assert result.slo_limit.x == 4
     assert any(n.startswith("Smaller batch(es) 2 miss the SLO although batch 4 meets it") for n in result.notes)

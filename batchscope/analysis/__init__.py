@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from batchscope.analysis.axis import BATCH, SweepAxis, axis_of, sweep_x
 from batchscope.analysis.curve import excluded_notes, ok_curve
 from batchscope.analysis.knee import kneedle, plateau
 from batchscope.analysis.marker import Marker, num
@@ -20,7 +21,7 @@ from batchscope.analysis.roofline import ROOFLINE_COLUMNS, context_per_row, pred
 from batchscope.analysis.slo import SLO, slo_limit
 from batchscope.analysis.working_point import working_point
 
-__all__ = ["SLO", "Analysis", "Marker", "analyse", "memory_split", "model_facts", "predict_memory",
+__all__ = ["SLO", "Analysis", "Marker", "SweepAxis", "analyse", "memory_split", "model_facts", "predict_memory",
            "predict_memory_for_spec", "predicted_curve", "ridge_batch"]
 
 
@@ -37,6 +38,7 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     slo: SLO | None = None
     plateau_gain: float = 0.10
+    axis: SweepAxis = BATCH
 
     def markers(self) -> dict[str, Marker | None]:
         return {"plateau": self.plateau, "kneedle": self.kneedle, "slo_limit": self.slo_limit,
@@ -45,7 +47,8 @@ class Analysis:
     def to_dict(self) -> dict:
         """JSON-ready: the table as records (NaN → null), markers as dicts, the settings used."""
         return {
-            "settings": {"slo": None if self.slo is None else self.slo.to_dict(), "plateau_gain": self.plateau_gain},
+            "settings": {"slo": None if self.slo is None else self.slo.to_dict(), "plateau_gain": self.plateau_gain,
+                         "axis": self.axis.key},
             "markers": {k: None if m is None else m.to_dict() for k, m in self.markers().items()},
             "ridge_batch": self.ridge_batch,
             "notes": list(self.notes),
@@ -55,32 +58,42 @@ class Analysis:
 
 def analyse(points: pd.DataFrame, model: dict | None, calibration: dict | None, slo: SLO | None = None,
             plateau_gain: float = 0.10) -> Analysis:
-    """Analyse one run's points (the summary columns, status ok|oom|error) against its model and ceilings."""
-    notes = excluded_notes(points)
+    """Analyse one run's points (the summary columns, status ok|oom|error) against its model and ceilings.
+
+    The rules run along the run's own axis (batch size, or a continuous sweep's max_num_seqs,
+    concurrency or arrival rate); the table gains that axis as column `x`.
+    """
+    axis = axis_of(points)
+    notes = excluded_notes(points, axis)
     curve = ok_curve(points)
-    table, ridge = _roofline(points, curve, model, calibration, notes)
-    plateau_call = plateau(curve, plateau_gain)
+    table, ridge = _roofline(points, curve, model, calibration, notes, axis)
+    plateau_call = plateau(curve, plateau_gain, axis)
     notes += plateau_call.notes
-    knee = kneedle(curve)
+    knee = kneedle(curve, axis)
     if knee is None:
-        notes.append("Kneedle finds no knee in throughput vs log2(batch): "
+        notes.append(f"Kneedle finds no knee in throughput vs log2({axis.noun}): "
                      + ("it needs at least three ok points." if len(curve) < 3 else
-                        "no bend stands out from the straight line between the smallest and largest batch."))
+                        f"no bend stands out from the straight line between the smallest and largest {axis.noun}."))
     limit = None
     if slo is not None:
-        slo_call = slo_limit(curve, slo)
+        slo_call = slo_limit(curve, slo, axis)
         limit = slo_call.marker
         notes += slo_call.notes
-    recommended, wp_notes = working_point(curve, plateau_call, slo)
+    recommended, wp_notes = working_point(curve, plateau_call, slo, axis)
     notes += wp_notes
-    return Analysis(table=table.sort_values("batch_size").reset_index(drop=True), plateau=plateau_call.marker,
-                    kneedle=knee, slo_limit=limit, working_point=recommended, ridge_batch=ridge, notes=notes,
-                    slo=slo, plateau_gain=plateau_gain)
+    table = table.assign(x=sweep_x(table)).sort_values("x").reset_index(drop=True)
+    return Analysis(table=table, plateau=plateau_call.marker, kneedle=knee, slo_limit=limit,
+                    working_point=recommended, ridge_batch=ridge, notes=notes, slo=slo,
+                    plateau_gain=plateau_gain, axis=axis)
 
 
 def _roofline(points: pd.DataFrame, curve: pd.DataFrame, model: dict | None, calibration: dict | None,
-              notes: list[str]) -> tuple[pd.DataFrame, float | None]:
+              notes: list[str], axis: SweepAxis) -> tuple[pd.DataFrame, float | None]:
     """The table with roofline columns (NaN without model facts or ceilings) and the ridge batch."""
+    if not axis.is_batch_limit:
+        notes.append(f"No roofline along {axis.noun}: every point runs the same batch limit, so the load, "
+                     f"not the batch, is what changes; the roofline belongs to batch-size sweeps.")
+        return points.assign(**{c: np.nan for c in ROOFLINE_COLUMNS}), None
     if model is None or calibration is None:
         missing = " and ".join(n for n, v in (("model facts", model), ("calibration", calibration)) if v is None)
         notes.append(f"This run has no {missing}, so no roofline is drawn.")

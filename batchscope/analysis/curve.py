@@ -1,36 +1,39 @@
-"""The measured throughput curve the knee rules read: one run's `ok` points in batch order."""
+"""The measured throughput curve the knee rules read: one run's `ok` points in order along its axis."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from batchscope.analysis.axis import SweepAxis, sweep_x
 from batchscope.analysis.marker import num
 
 
 def ok_curve(points: pd.DataFrame) -> pd.DataFrame:
-    """The `ok` points sorted by batch size, with `log2_batch`; OOM and error points never enter a fit.
+    """The `ok` points sorted by `x` (see `axis.sweep_x`), with `log2_x`; OOM and error points never
+    enter a fit.
 
-    Raises ValueError when a batch size repeats, because the knee of two runs mixed together is
+    Raises ValueError when an x value repeats, because the knee of two runs mixed together is
     meaningless: analyse one run at a time.
     """
-    ok = points[points["status"] == "ok"].sort_values("batch_size").reset_index(drop=True)
-    repeated = ok["batch_size"][ok["batch_size"].duplicated()].tolist()
+    ok = points[points["status"] == "ok"]
+    ok = ok.assign(x=sweep_x(ok)).sort_values("x").reset_index(drop=True)
+    repeated = ok["x"][ok["x"].duplicated()].tolist()
     if repeated:
-        raise ValueError(f"batch size(s) {sorted(set(repeated))} appear more than once: analyse one run at a time")
-    ok = ok.assign(log2_batch=np.log2(ok["batch_size"].astype(float)))
-    return ok
+        shown = ", ".join(num(x) for x in sorted(set(repeated)))
+        raise ValueError(f"sweep value(s) {shown} appear more than once: analyse one run at a time")
+    return ok.assign(log2_x=np.log2(ok["x"]))
 
 
-def excluded_notes(points: pd.DataFrame) -> list[str]:
+def excluded_notes(points: pd.DataFrame, axis: SweepAxis) -> list[str]:
     """One note per OOM or error point: it is shown but left out of every fit."""
     notes = []
-    for row in points[points["status"] != "ok"].sort_values("batch_size").itertuples():
+    for row in points.assign(x=sweep_x(points))[points["status"] != "ok"].sort_values("x").itertuples():
         if row.status == "oom":
-            notes.append(f"Batch {row.batch_size} ran out of memory; it is shown but excluded from the fits.")
+            notes.append(f"{axis.at_start(row.x)} ran out of memory; it is shown but excluded from the fits.")
         else:
             error = getattr(row, "error", None)
             detail = f": {error}" if isinstance(error, str) and error else ""
-            notes.append(f"Batch {row.batch_size} failed ({row.status}{detail}); it is excluded from the fits.")
+            notes.append(f"{axis.at_start(row.x)} failed ({row.status}{detail}); it is excluded from the fits.")
     return notes
 
 

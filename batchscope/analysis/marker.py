@@ -1,4 +1,4 @@
-"""A marker on the batch axis (plateau, Kneedle, SLO limit, working point) and how its sentence reads."""
+"""A marker on the sweep axis (plateau, Kneedle, SLO limit, working point) and how its sentence reads."""
 from __future__ import annotations
 
 import math
@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass
 
 @dataclass(frozen=True)
 class Marker:
-    """One highlighted batch size with a short label for the chart and one sentence for the page."""
+    """One highlighted x (a batch size, say) with a short label for the chart and one sentence for the page."""
 
-    batch_size: int
+    x: float
     label: str
     sentence: str
 

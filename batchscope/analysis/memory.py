@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from batchscope.analysis.axis import sweep_x
 from batchscope.analysis.marker import pct
 from runners.spec import SweepSpec
 
@@ -14,7 +15,8 @@ SPLIT_PARTS = ("weights", "kv_used", "kv_unused", "activations", "allocator_rese
 
 
 def memory_split(points: pd.DataFrame) -> pd.DataFrame:
-    """Long table for the stacked memory chart: one row per point and part with bytes and capacity.
+    """Long table for the stacked memory chart: one row per point (keyed by its `x`, see
+    `axis.sweep_x`) and part, with bytes and capacity.
 
     kv_unused = KV allocated − KV used. Parts a point does not report (the torch-allocator parts on
     CPU, everything on an OOM point) are left out rather than drawn as zero.
@@ -27,12 +29,13 @@ def memory_split(points: pd.DataFrame) -> pd.DataFrame:
         "allocator_reserve": points["mem_allocator_reserve"],
         "other": points["mem_other"],
     })
-    keys = [c for c in ("run_id", "batch_size", "status") if c in points.columns]
+    points = points.assign(x=sweep_x(points))
+    keys = [c for c in ("run_id", "batch_size", "x", "status") if c in points.columns]
     wide = pd.concat([points[keys + ["mem_capacity"]].rename(columns={"mem_capacity": "capacity"}), parts], axis=1)
     long = wide.melt(id_vars=keys + ["capacity"], value_vars=list(SPLIT_PARTS), var_name="part", value_name="bytes")
     long = long.dropna(subset=["bytes"])
     long["part"] = pd.Categorical(long["part"], categories=SPLIT_PARTS, ordered=True)
-    order = [c for c in ("run_id", "batch_size") if c in keys] + ["part"]
+    order = [c for c in ("run_id", "x") if c in keys] + ["part"]
     return long.sort_values(order).reset_index(drop=True)[keys + ["part", "bytes", "capacity"]]
 
 

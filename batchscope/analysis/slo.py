@@ -1,4 +1,4 @@
-"""The latency SLO: which column it reads and the largest batch that meets it."""
+"""The latency SLO: which column it reads and the largest batch (or rate, …) that meets it."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -6,6 +6,7 @@ from typing import Literal
 
 import pandas as pd
 
+from batchscope.analysis.axis import BATCH, SweepAxis
 from batchscope.analysis.marker import Marker, num
 
 METRIC_NAMES = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E"}
@@ -51,28 +52,28 @@ class SLOCall:
     notes: list[str] = field(default_factory=list)
 
 
-def slo_limit(curve: pd.DataFrame, slo: SLO) -> SLOCall:
-    """The largest ok batch whose chosen latency percentile meets the SLO, with one sentence why."""
+def slo_limit(curve: pd.DataFrame, slo: SLO, axis: SweepAxis = BATCH) -> SLOCall:
+    """The largest ok x whose chosen latency percentile meets the SLO, with one sentence why."""
     if slo.column not in curve.columns or curve[slo.column].isna().all():
         return SLOCall(None, [f"No point reports {slo.name} latency ({slo.column}), so the SLO cannot be checked."])
     meets = slo.meets(curve)
     if not meets.any():
         first = curve.iloc[0]
-        return SLOCall(None, [f"No batch meets the {num(slo.ms)} ms {slo.name} SLO: even the smallest, batch "
-                              f"{int(first['batch_size'])}, takes {num(first[slo.column])} ms."])
+        return SLOCall(None, [f"No {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO: even the smallest, "
+                              f"{axis.at(first['x'])}, takes {num(first[slo.column])} ms."])
     limit_index = int(meets[meets].index.max())
     point = curve.iloc[limit_index]
-    b = int(point["batch_size"])
+    x = point["x"]
     if limit_index == len(curve) - 1:
-        sentence = (f"Every measured batch meets the {num(slo.ms)} ms {slo.name} SLO, up to the largest, batch "
-                    f"{b} ({num(point[slo.column])} ms), so the SLO limit is at least {b}.")
+        sentence = (f"Every measured {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO, up to the largest, "
+                    f"{axis.at(x)} ({num(point[slo.column])} ms), so the SLO limit is at least {axis.value(x)}.")
     else:
         nxt = curve.iloc[limit_index + 1]
-        sentence = (f"Batch {b} is the largest whose {slo.name} latency ({num(point[slo.column])} ms) meets the "
-                    f"{num(slo.ms)} ms SLO; batch {int(nxt['batch_size'])} takes {num(nxt[slo.column])} ms.")
+        sentence = (f"{axis.at_start(x)} is the largest whose {slo.name} latency ({num(point[slo.column])} ms) "
+                    f"meets the {num(slo.ms)} ms SLO; {axis.at(nxt['x'])} takes {num(nxt[slo.column])} ms.")
     notes = []
-    missed_below = curve["batch_size"][~meets & (curve.index < limit_index)].tolist()
+    missed_below = curve["x"][~meets & (curve.index < limit_index)].tolist()
     if missed_below:
-        notes.append(f"Smaller batch(es) {', '.join(map(str, missed_below))} miss the SLO although batch {b} meets "
-                     f"it: latency is not monotone here, so check the repeats.")
-    return SLOCall(Marker(b, "SLO limit", sentence), notes)
+        notes.append(f"Smaller {axis.some} {', '.join(map(axis.value, missed_below))} miss the SLO although "
+                     f"{axis.at(x)} meets it: latency is not monotone here, so check the repeats.")
+    return SLOCall(Marker(x, "SLO limit", sentence), notes)

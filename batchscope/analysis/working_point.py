@@ -1,15 +1,17 @@
-"""The recommended batch: the largest at or before the plateau that is within the SLO."""
+"""The recommended batch (or rate, …): the largest at or before the plateau that is within the SLO."""
 from __future__ import annotations
 
 import pandas as pd
 
+from batchscope.analysis.axis import BATCH, SweepAxis
 from batchscope.analysis.curve import tok_s
 from batchscope.analysis.knee import PlateauCall
 from batchscope.analysis.marker import Marker, num
 from batchscope.analysis.slo import SLO
 
 
-def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None) -> tuple[Marker | None, list[str]]:
+def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
+                  axis: SweepAxis = BATCH) -> tuple[Marker | None, list[str]]:
     """(marker, notes). Without a plateau the throughput bound is lifted; without an SLO, the latency one.
 
     When noise leaves the plateau undecided, `plateau.limit` is the latest batch it can start at
@@ -19,34 +21,36 @@ def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None) ->
         return None, ["No ok point, so there is no working point."]
     allowed = pd.Series(True, index=curve.index)
     if plateau.limit is not None:
-        allowed &= curve["batch_size"] <= plateau.limit
+        allowed &= curve["x"] <= plateau.limit
     if slo is not None:
         allowed &= slo.meets(curve) if slo.column in curve.columns else False
     if not allowed.any():
-        return None, [f"No working point: no batch at or before the plateau meets the {num(slo.ms)} ms "
+        return None, [f"No working point: no {axis.noun} at or before the plateau meets the {num(slo.ms)} ms "
                       f"{slo.name} SLO."]
     point = curve.loc[allowed[allowed].index.max()]
-    b = int(point["batch_size"])
-    return Marker(b, "working point", _why(point, b, curve, plateau, slo)), []
+    x = point["x"]
+    return Marker(x, "working point", _why(point, x, curve, plateau, slo, axis)), []
 
 
-def _why(point: pd.Series, b: int, curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None) -> str:
+def _why(point: pd.Series, x: float, curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
+         axis: SweepAxis) -> str:
+    here = axis.at_start(x)
     throughput = tok_s(point["output_tokens_per_s"])
     latency = "" if slo is None else (f" and its {slo.name} latency ({num(point[slo.column])} ms) meets the "
                                       f"{num(slo.ms)} ms SLO")
-    if plateau.limit == b and plateau.marker is not None:
-        return f"Batch {b} is recommended: throughput plateaus there ({throughput}){latency}."
-    if plateau.limit == b:
-        return (f"Batch {b} is recommended: it is the latest batch the plateau can start at, which noise "
+    if plateau.limit == x and plateau.marker is not None:
+        return f"{here} is recommended: throughput plateaus there ({throughput}){latency}."
+    if plateau.limit == x:
+        return (f"{here} is recommended: it is the latest {axis.noun} the plateau can start at, which noise "
                 f"leaves undecided ({throughput}){latency}.")
     if plateau.limit is not None:
-        blocked = curve[curve["batch_size"] == plateau.limit].iloc[0]
-        return (f"Batch {b} is recommended: it is the largest batch within the {num(slo.ms)} ms {slo.name} SLO "
-                f"({num(point[slo.column])} ms, {throughput}); the plateau at {plateau.limit} would take "
-                f"{num(blocked[slo.column])} ms.")
+        blocked = curve[curve["x"] == plateau.limit].iloc[0]
+        return (f"{here} is recommended: it is the largest {axis.noun} within the {num(slo.ms)} ms {slo.name} "
+                f"SLO ({num(point[slo.column])} ms, {throughput}); the plateau at {axis.value(plateau.limit)} "
+                f"would take {num(blocked[slo.column])} ms.")
     if slo is not None:
-        return (f"Batch {b} is recommended: throughput has not plateaued, and {b} is the largest batch whose "
-                f"{slo.name} latency ({num(point[slo.column])} ms) meets the {num(slo.ms)} ms SLO "
-                f"({throughput}).")
-    return (f"Batch {b} is recommended only because it is the largest measured ({throughput}): throughput "
-            f"is still rising, so try larger batches or set a latency SLO.")
+        return (f"{here} is recommended: throughput has not plateaued, and {axis.value(x)} is the largest "
+                f"{axis.noun} whose {slo.name} latency ({num(point[slo.column])} ms) meets the {num(slo.ms)} ms "
+                f"SLO ({throughput}).")
+    return (f"{here} is recommended only because it is the largest measured ({throughput}): throughput "
+            f"is still rising, so try {axis.larger} or set a latency SLO.")

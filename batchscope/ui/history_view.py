@@ -87,6 +87,16 @@ def import_folder(store: Store, path_text: str) -> ImportResult:
     return ImportResult(run_id=report.run_id, points_added=report.points_added, warnings=list(report.warnings))
 
 
+def axis_problem(overlay: dict[str, RunData]) -> str | None:
+    """Why loaded runs cannot share one x axis, or None: requests/s and batch sizes are different units."""
+    axes = {label: data.analysis.axis for label, data in overlay.items() if data.analysis is not None}
+    rates = sorted(label for label, axis in axes.items() if not axis.is_batch_limit)
+    if rates and len(rates) < len(axes):
+        return (f"{', '.join(rates)} sweep(s) the arrival rate (requests/s on the x axis) and cannot share an axis "
+                f"with batch-size sweeps: overlay arrival-rate sweeps only with each other")
+    return None
+
+
 def overlay_runs(store: Store, labels: dict[str, str], slo: SLO | None) -> dict[str, RunData]:
     """Each chosen run with points, analysed, keyed by its legend label (runs without points are left out)."""
     loaded = {label: load_run(store, run_id, slo) for run_id, label in labels.items()}

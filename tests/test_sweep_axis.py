@@ -1,0 +1,137 @@
+"""Runs whose x axis is not the batch size: a continuous sweep of the arrival rate, end to end.
+
+A rate sweep keeps max_num_seqs (its batch_size) fixed and varies requests/s, so the knee rules,
+sentences, charts, report and History must all read `sweep_value`, never the constant batch size.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from batchscope import charts
+from batchscope.analysis import SLO, analyse, memory_split
+from batchscope.analysis.axis import AXES, BATCH, axes_of, axis_of, sweep_x
+from batchscope.ingest import ingest_run
+from batchscope.report import to_markdown
+from batchscope.ui import history_view, run_view
+from tests.runner_helpers import run_runner
+from tests.test_charts import summary_table, to_dict
+from tests.test_pages import home, manager, no_traceback, open_page, texts, tiny_run  # noqa: F401 (fixtures)
+
+RATES = [0.5, 1.0, 2.0, 4.0, 8.0]
+RATE = AXES["arrival_rate"]
+
+
+def rate_points() -> pd.DataFrame:
+    """Five points at max_num_seqs 8: throughput follows the offered load, then saturates past 2 req/s;
+    P95 E2E latency explodes once the queue builds."""
+    table = summary_table(points=5).assign(batch_size=8, sweep_axis="arrival_rate", sweep_value=RATES,
+                                           max_num_seqs=8, arrival_rate=RATES)
+    tps = np.array([64.0, 128.0, 250.0, 300.0, 305.0])
+    return table.assign(output_tokens_per_s=tps, output_tokens_per_s_min=tps * 0.99,
+                        output_tokens_per_s_max=tps * 1.01, e2e_ms_p95=[900.0, 950.0, 1200.0, 4000.0, 20000.0])
+
+
+def test_axis_reads_sweep_value_and_names_each_kind() -> None:
+    static = pd.DataFrame({"batch_size": [1, 2], "sweep_axis": [None, None], "sweep_value": [np.nan, np.nan]})
+    assert sweep_x(static).tolist() == [1.0, 2.0] and axis_of(static) is BATCH
+    assert sweep_x(pd.DataFrame({"batch_size": [4]})).tolist() == [4.0]  # a table from before continuous mode
+    rates = rate_points()
+    assert sweep_x(rates).tolist() == RATES and axis_of(rates) is RATE
+    assert [a.key for a in axes_of(pd.concat([static, rates]))] == ["batch_size", "arrival_rate"]
+    with pytest.raises(ValueError, match="analyse one run at a time"):
+        axis_of(pd.concat([static, rates]))
+    assert (RATE.at(0.5), RATE.at_start(4), RATE.title) == ("arrival rate 0.5 req/s", "Arrival rate 4 req/s",
+                                                             "arrival rate (req/s, log2)")
+    seqs = AXES["max_num_seqs"]
+    assert (seqs.at_start(64), seqs.title, BATCH.at_start(64.0), BATCH.title) == (
+        "max_num_seqs 64", "max_num_seqs (log2)", "Batch 64", "batch size (log2)")
+
+
+def test_rate_sweep_knee_slo_limit_and_working_point_are_rates() -> None:
+    # gains per doubling: 100 %, 95 %, 20 %, 1.7 % -> the plateau starts at 4 req/s; P95 E2E <= 2 000 ms
+    # holds up to 2 req/s (1 200 ms; 4 req/s takes 4 000 ms) -> working point 2 req/s.
+    result = analyse(rate_points(), None, None, SLO("e2e", 95, 2000))
+    assert result.axis is RATE
+    assert (result.plateau.x, result.slo_limit.x, result.working_point.x) == (4.0, 2.0, 2.0)
+    assert result.slo_limit.sentence == ("Arrival rate 2 req/s is the largest whose P95 E2E latency (1 200 ms) "
+                                         "meets the 2 000 ms SLO; arrival rate 4 req/s takes 4 000 ms.")
+    assert result.working_point.sentence.startswith("Arrival rate 2 req/s is recommended: it is the largest "
+                                                    "arrival rate within the 2 000 ms P95 E2E SLO")
+    assert "Doubling past arrival rate 4 req/s adds only 1.7 %" in result.plateau.sentence
+    assert any(note.startswith("No roofline along arrival rate") for note in result.notes)
+    assert result.table["x"].tolist() == RATES and result.table["predicted_tokens_per_s"].isna().all()
+    assert "| arrival rate | batch |" in to_markdown(_run_record(), result)
+
+
+def test_rate_sweep_charts_put_requests_per_second_on_the_shared_axis() -> None:
+    points = rate_points()
+    analysis = analyse(points, None, None, SLO("e2e", 95, 2000))
+    spec = to_dict(charts.linked_charts(analysis.table, analysis, analysis.slo, memory_split=memory_split(points)))
+    x_encodings = [enc for enc in _encodings(spec) if enc.get("field") == "x"]
+    assert x_encodings and {enc["title"] for enc in x_encodings if "title" in enc} == {"arrival rate (req/s, log2)"}
+    assert {tuple(enc["axis"]["values"]) for enc in x_encodings if "axis" in enc} == {tuple(RATES)}
+    assert {enc["axis"]["format"] for enc in x_encodings if "axis" in enc} == {"~g"}  # 0.5 must not print as 0
+    throughput = charts.throughput_frame(analysis.table)
+    assert throughput[throughput["series"] == "measured"]["x"].tolist() == RATES
+    assert charts.memory_frame(memory_split(points))["x"].nunique() == len(RATES)
+    assert set(charts.marker_frame(analysis, analysis.table)["x"]) == {2.0, 4.0}
+
+
+def test_a_real_cpu_rate_sweep_on_the_run_page_and_refused_in_a_mixed_overlay(home, tiny_run: Path,  # noqa: F811
+                                                                              tmp_path: Path) -> None:
+    out = tmp_path / "rate-sweep"
+    done = run_runner(out, "--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "fast",
+                      "--mode", "continuous", "--max-num-seqs", "4", "--arrival", "poisson:25,100,400",
+                      "--num-requests", "12", "--prompt-len", "uniform:4:24", "--output-len", "uniform:2:6",
+                      "--repeats", "2", "--warmup", "0", "--no-calibrate", timeout=300)
+    assert done.returncode == 0, done.stderr
+    store = manager(home).store
+    assert ingest_run(store, out).points_added == 3 and ingest_run(store, tiny_run).points_added == 3
+    data = run_view.load_run(store, "rate-sweep", SLO("e2e", 95, 60_000))
+    assert data.analysis.axis is RATE and data.table["x"].tolist() == [25.0, 100.0, 400.0]
+    assert set(data.table["batch_size"]) == {4} and (data.table["status"] == "ok").all()
+    assert data.analysis.slo_limit is not None and data.analysis.slo_limit.x in (25.0, 100.0, 400.0)
+
+    page = open_page("pages/run.py", run="rate-sweep", slo="e2e:95:60000")
+    no_traceback(page)
+    assert not page.error, texts(page, "error")
+    assert len(page.get("vega_lite_chart")) == 1
+    assert "arrival rate (req/s, log2)" in page.get("vega_lite_chart")[0].proto.spec
+    assert "req/s" in " ".join(texts(page, "markdown"))
+
+    overlay = history_view.overlay_runs(store, {"rate-sweep": "rates", "tiny-cpu": "static"}, None)
+    assert "cannot share an axis" in history_view.axis_problem(overlay)
+    assert history_view.axis_problem({"rates": overlay["rates"]}) is None
+    history = open_page("pages/history.py")
+    history.multiselect(key="overlay_runs").set_value(["rate-sweep", "tiny-cpu"]).run()
+    no_traceback(history)
+    assert "cannot share an axis" in " ".join(texts(history, "warning"))
+    assert len(history.get("vega_lite_chart")) == 0
+    explain = open_page("pages/explain.py")
+    explain.selectbox(key="explain_run").set_value("rate-sweep").run()
+    no_traceback(explain)
+    assert "sweeps the arrival rate at a fixed batch limit" in " ".join(texts(explain, "info"))
+
+
+def _run_record() -> dict:
+    return {"run_id": "r", "name": "rates", "model": "tiny", "dtype": "float32", "engine": "fast",
+            "gpu_name": None, "state": "done", "fingerprint": None}
+
+
+def _encodings(node) -> list[dict]:
+    """Every `x` encoding anywhere in a compiled Vega-Lite spec."""
+    found = []
+    if isinstance(node, dict):
+        encoding = node.get("encoding")
+        if isinstance(encoding, dict) and isinstance(encoding.get("x"), dict):
+            found.append(encoding["x"])
+        for child in node.values():
+            found += _encodings(child)
+    elif isinstance(node, list):
+        for child in node:
+            found += _encodings(child)
+    return found
