@@ -106,7 +106,9 @@ def to_markdown(run: dict, analysis: Analysis) -> str:
     for name, marker in analysis.markers().items():
         title = name.replace("_", " ")
         lines.append(f"- **{title}**: " + ("none" if marker is None else f"{analysis.axis.at(marker.x)}. {marker.sentence}"))
-    ridge = "none (memory-bound at every batch)" if analysis.ridge_batch is None else f"≈ {num(analysis.ridge_batch)}"
+    ridge = ("n/a (not a batch-size sweep)" if not analysis.axis.is_batch_limit
+             else "none (memory-bound at every batch)" if analysis.ridge_batch is None
+             else f"≈ {num(analysis.ridge_batch)}")
     lines += [f"- **ridge batch**: {ridge}", ""]
     if analysis.notes:
         lines += ["## Notes", ""] + [f"- {note}" for note in analysis.notes] + [""]

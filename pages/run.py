@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from batchscope import charts
+from batchscope import charts, timeline
 from batchscope.analysis import SLO
 from batchscope.analysis.model_facts import quant_note
 from batchscope.ui import form as sweep_form
@@ -109,7 +109,7 @@ def show_results(data: run_view.RunData) -> None:
         return
     st.altair_chart(charts.linked_charts(data.table, data.analysis, slo, percentile=int(percentile),
                                          memory_split=data.split), width="content")
-    st.caption("Hover a batch in any chart to highlight it in all four. Dashed vertical rules mark the knee "
+    st.caption("Hover a point in any chart to highlight it in all four. Dashed vertical rules mark the knee "
                "markers and the working point; red rules mark out-of-memory batches.")
     st.subheader("What the markers say")
     for sentence in run_view.marker_sentences(data.analysis):
@@ -122,6 +122,31 @@ def show_results(data: run_view.RunData) -> None:
     parquet_col.download_button("Download Parquet", run_view.parquet_bytes(data.table),
                                 file_name=f"{run_id}.parquet", mime="application/vnd.apache.parquet",
                                 icon=":material/download:")
+
+
+def show_timeline(data: run_view.RunData) -> None:
+    """One point's steps over time: slots, KV cache and token mix (the story behind its averages)."""
+    choices = run_view.timeline_points(data.table, data.analysis.axis) if data.analysis is not None else {}
+    if not choices:
+        return
+    with st.expander("Inside one point: its steps over time", expanded=False):
+        point_col, repeat_col = st.columns(2)
+        point = point_col.selectbox("Point", list(choices), format_func=choices.get, key=f"timeline_point_{run_id}")
+        steps = store.steps(run_id, point)
+        repeats = sorted(int(r) for r in steps["repeat"].unique() if r >= 0)
+        if not repeats:
+            st.info("This point recorded no steps.")
+            return
+        repeat = repeat_col.selectbox("Repeat", repeats, format_func=lambda r: f"repeat {r + 1}",
+                                      key=f"timeline_repeat_{run_id}")
+        chart = timeline.timeline_chart(steps[steps["repeat"] == repeat], *run_view.timeline_limits(data.table, point))
+        if chart is None:
+            st.info("This point's steps recorded no slot, KV cache or token counts.")
+            return
+        st.altair_chart(chart, width="content")
+        st.caption("A continuous point admits requests up to max_num_seqs and while the KV cache has room; a "
+                   "static batch keeps its width while its rows finish, so the gap between the two slot lines "
+                   "is padding the GPU still computes.")
 
 
 def show_fingerprint(data: run_view.RunData) -> None:
@@ -156,6 +181,7 @@ def run_body(live_at_start: bool) -> None:
     else:
         show_outcome(progress)
     show_results(data)
+    show_timeline(data)
     show_fingerprint(data)
     if live_at_start and not live:
         st.rerun(scope="app")  # finished: redraw once without the refresh timer

@@ -64,7 +64,8 @@ def test_rate_sweep_knee_slo_limit_and_working_point_are_rates() -> None:
     assert "Doubling past arrival rate 4 req/s adds only 1.7 %" in result.plateau.sentence
     assert any(note.startswith("No roofline along arrival rate") for note in result.notes)
     assert result.table["x"].tolist() == RATES and result.table["predicted_tokens_per_s"].isna().all()
-    assert "| arrival rate | batch |" in to_markdown(_run_record(), result)
+    report = to_markdown(_run_record(), result)
+    assert "| arrival rate | batch |" in report and "ridge batch**: n/a (not a batch-size sweep)" in report
 
 
 def test_rate_sweep_charts_put_requests_per_second_on_the_shared_axis() -> None:
@@ -99,8 +100,13 @@ def test_a_real_cpu_rate_sweep_on_the_run_page_and_refused_in_a_mixed_overlay(ho
     page = open_page("pages/run.py", run="rate-sweep", slo="e2e:95:60000")
     no_traceback(page)
     assert not page.error, texts(page, "error")
-    assert len(page.get("vega_lite_chart")) == 1
-    assert "arrival rate (req/s, log2)" in page.get("vega_lite_chart")[0].proto.spec
+    linked, steps = page.get("vega_lite_chart")
+    assert "arrival rate (req/s, log2)" in linked.proto.spec
+    assert "tokens per step: prefill vs decode" in steps.proto.spec  # a continuous point has a token mix
+    assert page.selectbox(key="timeline_point_rate-sweep").options == [
+        "arrival rate 25 req/s", "arrival rate 100 req/s", "arrival rate 400 req/s"]
+    table = page.dataframe[0].value
+    assert table["arrival req/s"].tolist() == [25.0, 100.0, 400.0] and table["queue P95 ms"].notna().all()
     assert "req/s" in " ".join(texts(page, "markdown"))
 
     overlay = history_view.overlay_runs(store, {"rate-sweep": "rates", "tiny-cpu": "static"}, None)

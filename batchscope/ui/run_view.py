@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope.analysis import SLO, Analysis, analyse, memory_split
+from batchscope.analysis.axis import SweepAxis, sweep_x
 from batchscope.store import Store
 
 LIVE_STATES = frozenset({"queued", "running"})
@@ -17,6 +18,7 @@ STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device'
                "warmup": "warming up", "measure": "measuring"}
 # The points table: summary columns a reader compares first, with the units in the header.
 TABLE_COLUMNS = {
+    "arrival_rate": "arrival req/s", "concurrency": "clients", "max_num_seqs": "max_num_seqs",
     "batch_size": "batch", "status": "status", "output_tokens_per_s": "output tok/s",
     "output_tokens_per_s_min": "tok/s min", "output_tokens_per_s_max": "tok/s max",
     "predicted_tokens_per_s": "roofline tok/s", "roofline_pct": "% of roofline", "bound": "bound",
@@ -29,7 +31,10 @@ TABLE_COLUMNS = {
     "gpu_util_pct": "GPU util %", "mem_ctrl_util_pct": "mem-ctrl util %", "sm_util_pct": "SM util %",
     "tensor_active_pct": "tensor active %", "cpu_pct": "CPU %", "mem_peak_allocated": "peak alloc bytes",
     "mem_kv_allocated": "KV alloc bytes", "rss_bytes_max": "peak RSS bytes",
-    "energy_per_output_token_j": "J / output token", "setup_ms": "setup ms", "error": "error",
+    "energy_per_output_token_j": "J / output token", "setup_ms": "setup ms",
+    "queue_ms_p50": "queue P50 ms", "queue_ms_p95": "queue P95 ms", "queue_ms_p99": "queue P99 ms",
+    "goodput_rps": "goodput req/s", "goodput_slo": "goodput SLO", "kv_occupancy_mean": "KV occupancy mean",
+    "kv_occupancy_max": "KV occupancy max", "admission_waits": "admission waits (cache full)", "error": "error",
 }
 
 
@@ -95,10 +100,27 @@ def _current_words(current: dict[str, Any] | None, repeats: int | None) -> str:
 def points_display(table: pd.DataFrame) -> pd.DataFrame:
     """The table of every point with readable headers; columns a run never recorded are left out."""
     columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any()]
-    shown = table.sort_values("batch_size")[columns].copy()
+    shown = table.assign(x=sweep_x(table)).sort_values("x")[columns].copy()
     for column in shown.select_dtypes("float").columns:
         shown[column] = shown[column].round(0 if column.endswith("tokens_per_s") else 3)
     return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
+
+
+def timeline_points(table: pd.DataFrame, axis: SweepAxis) -> dict[int, str]:
+    """The ok points a step timeline can be drawn for: point index → "batch 64" / "arrival rate 4 req/s"."""
+    ok = table[table["status"] == "ok"].assign(x=sweep_x(table)).sort_values("x")
+    return {int(row.point_index): axis.at(row.x) for row in ok.itertuples()}
+
+
+def timeline_limits(table: pd.DataFrame, point_index: int) -> tuple[float | None, float | None]:
+    """(KV cache capacity in tokens, max_num_seqs) of one point, None where the run did not record it."""
+    row = table[table["point_index"] == point_index].iloc[0]
+
+    def known(column: str) -> float | None:
+        value = row.get(column)
+        return None if value is None or pd.isna(value) else float(value)
+
+    return known("kv_capacity_tokens"), known("max_num_seqs")
 
 
 def csv_bytes(table: pd.DataFrame) -> bytes:

@@ -1,0 +1,70 @@
+"""One point's steps over time: slots, KV cache occupancy and token mix, hand-checked."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from batchscope import timeline
+from batchscope.analysis.axis import AXES, BATCH
+from batchscope.ui import run_view
+
+
+def continuous_steps() -> pd.DataFrame:
+    return pd.DataFrame({
+        "point_index": 0, "repeat": 0, "step_index": range(4), "phase": ["prefill", "mixed", "decode", "decode"],
+        "start_ms": [0.0, 10.0, 20.0, 30.0], "duration_ms": 10.0, "active_seqs": [1, 2, 2, 0],
+        "active_tokens": [10, 30, 40, 0], "batch_rows": [0, 2, 2, 2], "prefill_tokens": [10, 20, 0, 0],
+        "decode_tokens": [0, 1, 2, 2]})
+
+
+def values(frame: pd.DataFrame, series: str) -> list[float]:
+    return frame[frame["series"] == series]["value"].tolist()
+
+
+def test_continuous_steps_give_slots_kv_percent_and_token_mix() -> None:
+    frames, per_value = timeline.timeline_frames(continuous_steps(), kv_capacity_tokens=80)
+    assert per_value == 1 and set(frames) == {"slots", "kv", "tokens"}
+    assert frames["slots"]["t_s"].unique().tolist() == [0.0, 0.01, 0.02, 0.03]
+    assert values(frames["slots"], "requests in a slot") == [1, 2, 2, 0]
+    assert values(frames["slots"], "decode width run (bucket)") == [0, 2, 2, 2]
+    assert values(frames["kv"], "KV cache occupancy (%)") == [12.5, 37.5, 50.0, 0.0]  # tokens / 80
+    assert values(frames["tokens"], "prefill tokens") == [10, 20, 0, 0]
+    assert values(frames["tokens"], "decode tokens") == [0, 1, 2, 2]
+
+
+def test_static_steps_have_no_token_mix_and_kv_in_tokens_without_a_capacity() -> None:
+    steps = continuous_steps().assign(prefill_tokens=np.nan, decode_tokens=np.nan)
+    frames, _ = timeline.timeline_frames(steps, kv_capacity_tokens=None)
+    assert set(frames) == {"slots", "kv"}
+    assert values(frames["kv"], "KV tokens held") == [10, 30, 40, 0]
+
+
+def test_long_timelines_are_averaged_in_equal_runs_of_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timeline, "MAX_POINTS", 2)
+    frames, per_value = timeline.timeline_frames(continuous_steps(), kv_capacity_tokens=80)
+    assert per_value == 2
+    assert frames["kv"]["t_s"].tolist() == [0.005, 0.025]
+    assert values(frames["kv"], "KV cache occupancy (%)") == [25.0, 25.0]  # (12.5+37.5)/2, (50+0)/2
+    assert values(frames["slots"], "requests in a slot") == [1.5, 1.0]
+
+
+def test_chart_draws_the_limits_it_knows_and_nothing_for_empty_steps() -> None:
+    chart = timeline.timeline_chart(continuous_steps(), 80, 4)
+    spec = str(chart.to_dict())
+    assert "max_num_seqs 4" in spec and "capacity" in spec and "time in the repeat (s)" in spec
+    assert len(chart.vconcat) == 3
+    empty = continuous_steps().iloc[0:0]
+    assert timeline.timeline_chart(empty, 80, 4) is None
+
+
+def test_point_choices_follow_the_axis_and_skip_failed_points() -> None:
+    table = pd.DataFrame({"point_index": [0, 1, 2], "batch_size": [4, 4, 4], "status": ["ok", "ok", "oom"],
+                          "sweep_axis": "arrival_rate", "sweep_value": [8.0, 0.5, 16.0],
+                          "kv_capacity_tokens": [256, 256, 256], "max_num_seqs": [4, 4, 4]})
+    assert run_view.timeline_points(table, AXES["arrival_rate"]) == {1: "arrival rate 0.5 req/s",
+                                                                     0: "arrival rate 8 req/s"}
+    assert run_view.timeline_limits(table, 0) == (256.0, 4.0)
+    static = pd.DataFrame({"point_index": [0], "batch_size": [2], "status": ["ok"]})
+    assert run_view.timeline_points(static, BATCH) == {0: "batch 2"}
+    assert run_view.timeline_limits(static, 0) == (None, None)
