@@ -214,6 +214,28 @@ def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: M
                   x_title=axis_title(*tables_by_run.values()))
 
 
+def memory_split_by_run(splits_by_run: Mapping[str, pd.DataFrame]) -> alt.FacetChart:
+    """The stacked memory split of each run side by side, one small panel per run on shared scales,
+    so a smaller weights band (a quantised model) or a taller KV band reads at a glance."""
+    frames = [memory_frame(split[split["status"] == "ok"] if "status" in split else split, run)
+              for run, split in splits_by_run.items()]
+    frame = _concat(frames, _EMPTY_LONG + ["order"])
+    ticks = sorted(set(frame["x"].astype(float))) if not frame.empty else []
+    whole = all(float(t).is_integer() for t in ticks)
+    x = alt.X("x:Q", title=None, scale=alt.Scale(type="log", base=2, domain=_domain(ticks)),
+              axis=alt.Axis(values=ticks or [1], format="d" if whole else "~g", labelOverlap="greedy"))
+    colour = alt.Color("series:N", title="memory", scale=alt.Scale(domain=list(MEMORY_PARTS.values()),
+                                                                   scheme="tableau10"))
+    area = alt.Chart(frame).mark_area(opacity=0.85, line=True).encode(
+        x=x, y=alt.Y("value:Q", stack="zero", title="memory (GiB)"), color=colour, order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("run:N"), alt.Tooltip("series:N", title="part"), alt.Tooltip("x:Q"),
+                 alt.Tooltip("value:Q", title="GiB", format=",.2f")])
+    width = max(160, PANEL_WIDTH // max(1, len(splits_by_run)) - 20)
+    return area.properties(width=width, height=PANEL_HEIGHT).facet(
+        column=alt.Column("run:N", title=None, sort=list(splits_by_run), header=alt.Header(labelLimit=width)),
+    ).configure_legend(orient="bottom", columns=3)
+
+
 _EMPTY_LONG = ["run", "x", "series", "value"]
 _TITLES = {"throughput": "output tokens/s", "latency": "latency (ms, log)",
            "utilisation": "utilisation (%)", "memory": "memory (GiB)"}

@@ -77,6 +77,13 @@ if picked:
             {label: data.split for label, data in overlay.items()},
             percentile=int(percentile), latency_metric=metric), width="content")
         st.caption("Runs are compared only with their fingerprints in view: check GPU, driver and versions above.")
+        st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")
+        st.dataframe(history_view.comparison_table(overlay), hide_index=True, width="stretch",
+                     column_config={"best output tok/s": st.column_config.NumberColumn(format="%.0f"),
+                                    "decode step ms (first point)": st.column_config.NumberColumn(format="%.3f"),
+                                    "weights GiB": st.column_config.NumberColumn(format="%.2f")})
+        st.altair_chart(charts.memory_split_by_run({label: data.split for label, data in overlay.items()}),
+                        width="content")
         for label, data in overlay.items():
             st.page_link("pages/run.py", label=f"Open {label}", query_params={"run": data.run["run_id"]},
                          icon=":material/open_in_new:")

@@ -101,7 +101,11 @@ def test_pages_with_stored_runs_show_charts_markers_table_and_overlay(home, tiny
     no_traceback(history)
     history.multiselect(key="overlay_runs").set_value(["tiny-cpu"]).run()
     no_traceback(history)
-    assert len(history.get("vega_lite_chart")) == 1
+    overlay, split = history.get("vega_lite_chart")
+    assert "output tokens/s" in overlay.proto.spec and '"facet"' in split.proto.spec
+    side_by_side = history.dataframe[-1].value
+    assert len(side_by_side) == 1 and side_by_side["axis"].tolist() == ["batch"]
+    assert side_by_side["largest that ran"].tolist() == ["4"]
 
 
 def test_run_page_says_so_for_an_unknown_run_id(home, tiny_run: Path) -> None:

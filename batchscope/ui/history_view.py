@@ -15,6 +15,7 @@ from batchscope.ui.run_view import RunData, load_run
 FILTER_COLUMNS = {"model": "model", "dtype": "dtype", "gpu": "GPU / device", "engine": "engine",
                   "state": "status"}
 MAX_OVERLAY = 10
+GiB = 1024**3
 RUNS_TABLE_COLUMNS = {
     "name": "name", "created_at": "created (UTC)", "state": "status", "model": "model", "dtype": "dtype",
     "engine": "engine", "gpu": "GPU / device", "points_ok": "points ok", "points": "points",
@@ -95,6 +96,36 @@ def axis_problem(overlay: dict[str, RunData]) -> str | None:
         return (f"{', '.join(rates)} sweep(s) the arrival rate (requests/s on the x axis) and cannot share an axis "
                 f"with batch-size sweeps: overlay arrival-rate sweeps only with each other")
     return None
+
+
+def comparison_table(overlay: dict[str, RunData]) -> pd.DataFrame:
+    """One row per overlaid run: where its knee markers fall, its best throughput, its weights and the
+    largest point that fit — the side-by-side a bfloat16 vs fp8 (or fast vs hf-generate) question needs."""
+    rows = []
+    for label, data in overlay.items():
+        analysis, table = data.analysis, data.table
+        axis = analysis.axis
+        ok = table[table["status"] == "ok"]
+        best = ok.loc[ok["output_tokens_per_s"].idxmax()] if ok["output_tokens_per_s"].notna().any() else None
+        oom = table[table["status"] == "oom"]
+        weights = ok["mem_weights"].dropna() if "mem_weights" in ok else pd.Series(dtype=float)
+        rows.append({
+            "run": label, "axis": axis.noun,
+            **{name: "—" if marker is None else axis.value(marker.x) for name, marker in (
+                ("plateau", analysis.plateau), ("Kneedle", analysis.kneedle),
+                ("working point", analysis.working_point))},
+            "best output tok/s": None if best is None else float(best["output_tokens_per_s"]),
+            "best at": "—" if best is None else axis.value(best["x"]),
+            "decode step ms (first point)": None if ok.empty else _number(ok.iloc[0].get("decode_step_ms")),
+            "weights GiB": float(weights.median()) / GiB if not weights.empty else None,
+            "largest that ran": "—" if ok.empty else axis.value(ok["x"].max()),
+            "first OOM": "—" if oom.empty else axis.value(oom["x"].min()),
+        })
+    return pd.DataFrame(rows)
+
+
+def _number(value: object) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
 
 
 def overlay_runs(store: Store, labels: dict[str, str], slo: SLO | None) -> dict[str, RunData]:
