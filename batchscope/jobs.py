@@ -33,6 +33,7 @@ from batchscope.store import Store
 log = logging.getLogger(__name__)
 
 EXIT_REJECTED_SPEC = 2
+SETTLE_INGEST_ATTEMPTS = 5
 
 
 def device_key(device: str) -> str:
@@ -343,7 +344,11 @@ class JobManager:
                 if self._stopping and lane.current is None:
                     return
                 if lane.current is None:
-                    lane.current = self._launch(lane.waiting.popleft())
+                    run_id = lane.waiting.popleft()
+                    try:
+                        lane.current = self._launch(run_id)
+                    except Exception:  # e.g. its folder is unwritable: the runs behind it must still go
+                        log.exception("launching run %s failed", run_id)
                     if lane.current is None:
                         self._changed.notify_all()
                         continue
@@ -426,7 +431,10 @@ class JobManager:
             run.write_status(status)
         if active.stderr is not None:
             active.stderr.close()
-        self._ingest(active.folder)
+        for _ in range(SETTLE_INGEST_ATTEMPTS):  # the last ingest carries the final state into the DB
+            if self._ingest(active.folder):
+                break
+            time.sleep(self.poll_s)
 
     def _settle_unlaunched(self, run_id: str, state: str, error: str | None) -> None:
         folder = self._folders[run_id]
@@ -436,18 +444,20 @@ class JobManager:
         run.write_status(status)
         self._ingest(folder)
 
-    def _ingest(self, folder: Path) -> None:
-        """Bring the DB up to the folder. A failure is logged, never raised: it would end the lane
-        thread and leave the run looking busy forever; the next ingest (or app start) catches up."""
+    def _ingest(self, folder: Path) -> bool:
+        """Bring the DB up to the folder; False when that failed. A failure is logged, never raised: it
+        would end the lane thread and leave the run looking busy forever. Callers retry; an app start
+        catches up on whatever is left."""
         try:
             report = ingest_run(self.store, folder)
         except Exception:
-            log.exception("ingesting %s failed; retrying at the next poll", folder)
-            return
+            log.exception("ingesting %s failed", folder)
+            return False
         for warning in report.warnings:
             if warning not in self._warned:
                 self._warned.add(warning)
                 log.warning(warning)
+        return True
 
     # ---- lookups -------------------------------------------------------------------------------
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Make the shipped demo runs on a GPU host (issue 7): fast × {1B, 8B} × {bf16, fp16} × {chat, long},
 # plus hf-generate on the 1B chat workload for contrast; 3 repeats each, batches 1…1024 or to the OOM.
-# Usage: bench/demo_sweeps.sh OUT_DIR [NAME ...]   (no NAME: every sweep; `list` prints the names)
+# Usage: bench/demo_sweeps.sh OUT_DIR [NAME ...]   (no NAME: every sweep); bench/demo_sweeps.sh list
 # The full set needs more than one device call (each call is capped at 600 s), so pick names per call.
 # Each sweep is bounded by `timeout`; a sweep cut short keeps its finished points (state interrupted).
 set -u
-out="$1"; shift
+usage="usage: $0 OUT_DIR [NAME ...]  |  $0 list"
 chat=(--prompt-len lognormal:512:0.6 --output-len lognormal:256:0.5)
 long=(--prompt-len lognormal:8192:0.3 --output-len fixed:256)
 common=(--repeats 3 --seed 0 --batch-sizes pow2:1:1024)
@@ -24,12 +24,16 @@ options() {  # name -> runner options
   [ "$engine" = hf ] && engine=hf-generate && warmup=1
   echo --model "$model" --dtype "$dtype" --engine "$engine" "${shape[@]}" "${common[@]}" --warmup "$warmup"
 }
+if [ "${1:-}" = list ]; then printf '%s\n' "${!limit[@]}" | sort; exit 0; fi
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
+out="$1"; shift
 names=("$@")
-if [ "${names[0]:-}" = list ]; then printf '%s\n' "${!limit[@]}" | sort; exit 0; fi
 [ ${#names[@]} -eq 0 ] && mapfile -t names < <(printf '%s\n' "${!limit[@]}" | sort)
+for name in "${names[@]}"; do  # every name checked before anything runs
+  [ -n "${limit[$name]:-}" ] || { echo "unknown sweep $name (see: $0 list)" >&2; exit 2; }
+done
 mkdir -p "$out"
 for name in "${names[@]}"; do
-  [ -n "${limit[$name]:-}" ] || { echo "unknown sweep $name (try: $0 DIR list)" >&2; exit 2; }
   # shellcheck disable=SC2046  # options() prints words meant to be split
   timeout --signal=TERM --kill-after=20 "${limit[$name]}" \
     python3 -m runners sweep --out "$out/h200-$name" --name "h200-$name" $(options "$name") 2>&1 \

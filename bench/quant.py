@@ -91,7 +91,7 @@ def summarise(folder: Path) -> dict:
             "mem_allocator_reserve", "mem_other", "bound"]
     table = analysis.table[[c for c in cols if c in analysis.table]]
     result["points"] = json.loads(table.to_json(orient="records"))
-    result["markers"] = {k: None if m is None else m.x for k, m in analysis.markers().items()}
+    result["markers"] = {k: None if m is None else analysis.axis.value(m.x) for k, m in analysis.markers().items()}
     result["ridge_batch"] = analysis.ridge_batch
     return result
 

@@ -32,9 +32,9 @@ data = run_view.load_run(store, run_id, None)
 if data is None or data.analysis is None or data.table.empty:
     st.info("This run has no finished points yet, so there is nothing to explain. Pick another run.")
     st.stop()
-if not data.analysis.axis.is_batch_limit:
-    st.info(f"This run sweeps the {data.analysis.axis.noun} at a fixed batch limit; the six steps explain how the "
-            "batch size moves throughput, latency and memory. Open it on the Run page, or pick a batch-size sweep.")
+if data.analysis.axis.key != "batch_size":
+    st.info(f"This online-serving run sweeps {data.analysis.axis.noun}; the six steps explain how a static batch "
+            "size moves throughput, latency and memory. Open it on the Run page, or pick a static sweep.")
     st.page_link("pages/run.py", label="Open this run", query_params={"run": run_id}, icon=":material/open_in_new:")
     st.stop()
 

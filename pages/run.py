@@ -70,9 +70,9 @@ elif "slo" in st.query_params:
     del st.query_params["slo"]
 
 
-def show_progress(progress: dict, repeats: int | None) -> None:
+def show_progress(progress: dict, spec: dict) -> None:
     """The live strip: bar, current point, elapsed, ETA and the cancel button."""
-    view = run_view.progress_view(progress, repeats)
+    view = run_view.progress_view(progress, spec.get("repeats"), run_view.point_labels(spec))
     st.progress(view.fraction, text=view.headline)
     if view.current:
         st.caption(f"Now: {view.current}")
@@ -139,7 +139,12 @@ def show_timeline(data: run_view.RunData) -> None:
             return
         repeat = repeat_col.selectbox("Repeat", repeats, format_func=lambda r: f"repeat {r + 1}",
                                       key=f"timeline_repeat_{run_id}")
-        chart = timeline.timeline_chart(steps[steps["repeat"] == repeat], *run_view.timeline_limits(data.table, point))
+        steps = steps[steps["repeat"] == repeat]
+        replicas = run_view.step_replicas(steps)
+        if len(replicas) > 1:  # each replica steps on its own clock: one at a time
+            replica = st.selectbox("Replica", replicas, key=f"timeline_replica_{run_id}")
+            steps = steps[steps["replica"] == replica]
+        chart = timeline.timeline_chart(steps, *run_view.timeline_limits(data.table, point))
         if chart is None:
             st.info("This point's steps recorded no slot, KV cache or token counts.")
             return
@@ -177,7 +182,7 @@ def run_body(live_at_start: bool) -> None:
     st.caption(f"{run_id} · {progress.get('state')} · {data.run.get('fingerprint') or 'environment not recorded yet'}")
     live = progress.get("state") in run_view.LIVE_STATES
     if live:
-        show_progress(progress, (data.run.get("spec") or {}).get("repeats"))
+        show_progress(progress, data.run.get("spec") or {})
     else:
         show_outcome(progress)
     show_results(data)

@@ -285,6 +285,8 @@ def test_partner_prefers_same_lengths_then_demo_then_more_points() -> None:
     assert explain_view.partner_run(run, runs, specs.get) == "c"  # same lengths, and a demo run
     assert explain_view.partner_run({**run, "spec": {"prompt_len": "fixed:99"}}, runs, specs.get) == "a"
     assert explain_view.partner_run({**run, "engine": "vllm"}, runs, specs.get) is None
+    online = {**specs, "c": {"prompt_len": "fixed:16", "mode": "continuous"}}
+    assert explain_view.partner_run(run, runs, online.get) == "b"  # a continuous run has another x axis
 
 
 def test_slo_range_spans_the_runs_latency() -> None:

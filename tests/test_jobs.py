@@ -177,6 +177,28 @@ def test_an_ingest_that_fails_once_neither_kills_the_lane_nor_loses_points(manag
     assert manager.store.point_indices(first) == {0, 1} and manager.store.point_indices(second) == {0, 1}
 
 
+def test_a_failed_final_ingest_is_retried_so_the_run_still_settles(manager: JobManager, monkeypatch) -> None:
+    from batchscope import jobs
+
+    real, failed = jobs.ingest_run, []
+
+    def fails_at_the_end(store, folder):
+        """Every ingest of the final status fails while the runner lives (so no watch poll carries it),
+        and so does the first one after it is gone: only a retry in the settle can bring it in."""
+        status = RunFolder(folder).status() or {}
+        if status.get("state") == "done":
+            gone = not runner_alive(status.get("pid"), folder.name)
+            if not gone or not failed:
+                failed.extend([folder] if gone else [])
+                raise RuntimeError("simulated failure of the ingest that carries the final state")
+        return real(store, folder)
+
+    monkeypatch.setattr(jobs, "ingest_run", fails_at_the_end)
+    run_id = manager.submit({**QUICK, "name": "late"})
+    assert manager.wait(run_id, 60) == "done" and len(failed) == 1
+    assert manager.store.point_indices(run_id) == {0, 1}
+
+
 def test_bad_spec_raises_and_writes_nothing(manager: JobManager) -> None:
     with pytest.raises(SpecError) as caught:
         manager.submit({**QUICK, "batch_sizes": [0, 2]})

@@ -18,7 +18,9 @@ from batchscope.ingest import ingest_run
 from batchscope.report import to_markdown
 from batchscope.ui import history_view, run_view
 from tests.runner_helpers import run_runner
-from tests.test_charts import summary_table, to_dict
+from batchscope.analysis.model_facts import model_facts
+from batchscope.analysis.roofline import roofline_table
+from tests.test_charts import CALIBRATION, summary_table, to_dict
 from tests.test_pages import home, manager, no_traceback, open_page, texts, tiny_run  # noqa: F401 (fixtures)
 
 RATES = [0.5, 1.0, 2.0, 4.0, 8.0]
@@ -54,7 +56,7 @@ def test_axis_reads_sweep_value_and_names_each_kind() -> None:
 def test_rate_sweep_knee_slo_limit_and_working_point_are_rates() -> None:
     # gains per doubling: 100 %, 95 %, 20 %, 1.7 % -> the plateau starts at 4 req/s; P95 E2E <= 2 000 ms
     # holds up to 2 req/s (1 200 ms; 4 req/s takes 4 000 ms) -> working point 2 req/s.
-    result = analyse(rate_points(), None, None, SLO("e2e", 95, 2000))
+    result = analyse(rate_points(), model_facts("llama-3.1-8b", "bfloat16"), CALIBRATION, SLO("e2e", 95, 2000))
     assert result.axis is RATE
     assert (result.plateau.x, result.slo_limit.x, result.working_point.x) == (4.0, 2.0, 2.0)
     assert result.slo_limit.sentence == ("Arrival rate 2 req/s is the largest whose P95 E2E latency (1 200 ms) "
@@ -66,6 +68,20 @@ def test_rate_sweep_knee_slo_limit_and_working_point_are_rates() -> None:
     assert result.table["x"].tolist() == RATES and result.table["predicted_tokens_per_s"].isna().all()
     report = to_markdown(_run_record(), result)
     assert "| arrival rate | batch |" in report and "ridge batch**: n/a (not a batch-size sweep)" in report
+
+
+def test_online_points_floor_the_decode_step_at_their_mean_active_rows_and_predict_no_throughput() -> None:
+    model = model_facts("llama-3.1-8b", "bfloat16")
+    online = summary_table(points=3).assign(batch_size=[4, 8, 16], active_seqs_mean=[2.0, 3.0, 5.0],
+                                            sweep_axis="max_num_seqs", sweep_value=[4.0, 8.0, 16.0])
+    static_same_rows = online.assign(batch_size=[2, 3, 5], sweep_axis=None, sweep_value=np.nan)
+    floors = roofline_table(online, model, CALIBRATION)
+    expected = roofline_table(static_same_rows, model, CALIBRATION)
+    assert np.allclose(floors["predicted_step_ms"], expected["predicted_step_ms"])
+    assert floors["predicted_tokens_per_s"].isna().all() and floors["predicted_prefill_ms"].isna().all()
+    assert expected["predicted_tokens_per_s"].notna().all()
+    notes = analyse(online, model, CALIBRATION).notes
+    assert any(n.startswith("Along max_num_seqs the roofline floors each point's decode step") for n in notes)
 
 
 def test_rate_sweep_charts_put_requests_per_second_on_the_shared_axis() -> None:
@@ -120,7 +136,7 @@ def test_a_real_cpu_rate_sweep_on_the_run_page_and_refused_in_a_mixed_overlay(ho
     explain = open_page("pages/explain.py")
     explain.selectbox(key="explain_run").set_value("rate-sweep").run()
     no_traceback(explain)
-    assert "sweeps the arrival rate at a fixed batch limit" in " ".join(texts(explain, "info"))
+    assert "online-serving run sweeps arrival rate" in " ".join(texts(explain, "info"))
 
 
 def _run_record() -> dict:
@@ -141,3 +157,19 @@ def _encodings(node) -> list[dict]:
         for child in node:
             found += _encodings(child)
     return found
+
+
+def test_live_progress_names_the_point_along_its_axis() -> None:
+    from runners.spec import validate
+
+    spec = validate({"model": "tiny", "dtype": "float32", "device": "cpu", "engine": "fast", "mode": "continuous",
+                     "max_num_seqs": 8, "arrival": "poisson:4,1", "num_requests": 10, "prompt_len": "fixed:8",
+                     "output_len": "fixed:4", "repeats": 2}).to_dict()
+    labels = run_view.point_labels({**spec, "run_id": "r", "created_at": "2026-11-29T09:00:00Z"})
+    assert labels == ["arrival rate 1 req/s", "arrival rate 4 req/s"]
+    current = {"point_index": 1, "batch_size": 8, "stage": "measure", "repeat": 0}
+    view = run_view.progress_view({"state": "running", "points_done": 1, "points_total": 2, "current": current},
+                                  2, labels)
+    assert view.current == "point 2 · arrival rate 4 req/s · measuring (repeat 1 of 2)"
+    assert run_view.progress_view({"state": "running", "current": current}, 2).current.startswith("point 2 · batch 8")
+    assert run_view.point_labels({"mode": "static", "batch_sizes": [1, 2]}) is None

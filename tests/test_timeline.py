@@ -62,9 +62,14 @@ def test_point_choices_follow_the_axis_and_skip_failed_points() -> None:
     table = pd.DataFrame({"point_index": [0, 1, 2], "batch_size": [4, 4, 4], "status": ["ok", "ok", "oom"],
                           "sweep_axis": "arrival_rate", "sweep_value": [8.0, 0.5, 16.0],
                           "kv_capacity_tokens": [256, 256, 256], "max_num_seqs": [4, 4, 4]})
-    assert run_view.timeline_points(table, AXES["arrival_rate"]) == {1: "arrival rate 0.5 req/s",
-                                                                     0: "arrival rate 8 req/s"}
+    assert list(run_view.timeline_points(table, AXES["arrival_rate"]).items()) == [
+        (1, "arrival rate 0.5 req/s"), (0, "arrival rate 8 req/s")]  # in order along the axis
     assert run_view.timeline_limits(table, 0) == (256.0, 4.0)
     static = pd.DataFrame({"point_index": [0], "batch_size": [2], "status": ["ok"]})
     assert run_view.timeline_points(static, BATCH) == {0: "batch 2"}
     assert run_view.timeline_limits(static, 0) == (None, None)
+
+
+def test_replicas_are_listed_only_when_several_engines_stepped() -> None:
+    assert run_view.step_replicas(continuous_steps().assign(replica=np.nan)) == []
+    assert run_view.step_replicas(continuous_steps().assign(replica=[0, 1, 0, 1])) == [0, 1]

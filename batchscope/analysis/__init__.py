@@ -99,6 +99,9 @@ def _roofline(points: pd.DataFrame, curve: pd.DataFrame, model: dict | None, cal
         notes.append(f"This run has no {missing}, so no roofline is drawn.")
         return points.assign(**{c: np.nan for c in ROOFLINE_COLUMNS}), None
     table = roofline_table(points, model, calibration)
+    if axis.key != "batch_size":
+        notes.append(f"Along {axis.noun} the roofline floors each point's decode step at its mean active rows; "
+                     f"an online-serving point's throughput follows its arrivals, so none is predicted.")
     if curve.empty:
         return table, None
     context = float(context_per_row(curve).median())

@@ -13,6 +13,10 @@ class Marker:
     label: str
     sentence: str
 
+    def __post_init__(self) -> None:
+        # markers are built from pandas rows: a numpy scalar must not leak into JSON or sentences
+        object.__setattr__(self, "x", float(self.x))
+
     def to_dict(self) -> dict:
         return asdict(self)
 

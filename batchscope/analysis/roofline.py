@@ -75,9 +75,14 @@ def roofline_table(points: pd.DataFrame, model: dict, calibration: dict) -> pd.D
     ratios are measured / predicted (≥ 1 for an honest floor); `*_roofline_pct` = predicted /
     measured × 100. `predicted_tokens_per_s` is real output tokens ÷ (predicted prefill + decode
     steps × predicted step), the same definition as the measured `output_tokens_per_s`.
+
+    A continuous (online-serving) point decodes its mean active rows per step, not its batch limit,
+    and its throughput follows the arrivals while its prefills come in chunks: only its decode step
+    gets a floor; its prefill and throughput predictions stay NaN.
     """
     table = points.copy()
-    rows = table["batch_size"].astype(float)
+    online = table["sweep_axis"].notna() if "sweep_axis" in table else pd.Series(False, index=table.index)
+    rows = table["batch_size"].astype(float).where(~online, table["active_seqs_mean"])
     table["decode_bytes"] = decode_bytes(model, table["active_tokens_mean"])
     table["decode_flops"] = decode_flops(model, rows, context_per_row(table))
     step_ms, bound = roofline_ms(calibration, table["decode_bytes"], table["decode_flops"])
@@ -95,6 +100,9 @@ def roofline_table(points: pd.DataFrame, model: dict, calibration: dict) -> pd.D
     table["prefill_bound"] = np.where(np.isnan(prefill_ms), None, prefill_bound)
     wall_s = (table["predicted_prefill_ms"] + decode_steps(table) * table["predicted_step_ms"]) / 1e3
     table["predicted_tokens_per_s"] = rows * table["output_len_mean"] / wall_s
+    prefill_and_throughput = ROOFLINE_COLUMNS[ROOFLINE_COLUMNS.index("prefill_bytes"):]
+    table.loc[online, prefill_and_throughput] = np.nan
+    table.loc[online, "prefill_bound"] = None
     return table
 
 

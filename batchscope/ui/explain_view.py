@@ -24,8 +24,8 @@ def default_run(runs: pd.DataFrame) -> str | None:
 
 
 def partner_run(run: dict[str, Any], runs: pd.DataFrame, spec_of: Callable[[str], dict | None]) -> str | None:
-    """The other engine's run of the same model and dtype, preferring the same lengths, then demo runs,
-    then more ok points; None when there is none (or the engine has no counterpart)."""
+    """The other engine's static run of the same model and dtype, preferring the same lengths, then demo
+    runs, then more ok points; None when there is none (or the engine has no counterpart)."""
     other = OTHER_ENGINE.get(str(run.get("engine")))
     if other is None or runs.empty:
         return None
@@ -37,7 +37,9 @@ def partner_run(run: dict[str, Any], runs: pd.DataFrame, spec_of: Callable[[str]
         spec = spec_of(str(row["run_id"])) or {}
         return ({k: spec.get(k) for k in LENGTH_KEYS} == lengths, bool(row["demo"]), int(row["points_ok"]))
 
-    ranked = sorted(same.to_dict("records"), key=lambda row: rank(pd.Series(row)), reverse=True)
+    static = [row for row in same.to_dict("records")
+              if (spec_of(str(row["run_id"])) or {}).get("mode", "static") == "static"]  # same axis: batch size
+    ranked = sorted(static, key=lambda row: rank(pd.Series(row)), reverse=True)
     return str(ranked[0]["run_id"]) if ranked else None
 
 

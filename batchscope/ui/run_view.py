@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pandas as pd
 
 from batchscope.analysis import SLO, Analysis, analyse, memory_split
-from batchscope.analysis.axis import SweepAxis, sweep_x
+from batchscope.analysis.axis import AXES, SweepAxis, sweep_x
 from batchscope.store import Store
+from runners.continuous_spec import points as continuous_points
+from runners.spec import SweepSpec
 
 LIVE_STATES = frozenset({"queued", "running"})
 STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device's ceilings",
@@ -65,8 +67,24 @@ class ProgressView:
     live: bool
 
 
-def progress_view(progress: dict[str, Any], repeats: int | None = None) -> ProgressView:
-    """Words and a 0..1 fraction from JobManager.progress (status.json plus elapsed, ETA, queue place)."""
+def point_labels(spec: dict[str, Any] | None) -> list[str] | None:
+    """What each planned point of a continuous sweep is called along its axis ("arrival rate 4 req/s"),
+    since its batch_size alone (the fixed limit of a rate sweep) would name every point alike; None for
+    a static sweep or a spec this version cannot read."""
+    if not spec or spec.get("mode") != "continuous":
+        return None
+    known = {f.name for f in fields(SweepSpec)}
+    try:
+        planned = continuous_points(SweepSpec(**{k: v for k, v in spec.items() if k in known}))
+    except (TypeError, ValueError):
+        return None
+    return [AXES[point.axis].at(point.value) for point in planned]
+
+
+def progress_view(progress: dict[str, Any], repeats: int | None = None,
+                  labels: list[str] | None = None) -> ProgressView:
+    """Words and a 0..1 fraction from JobManager.progress (status.json plus elapsed, ETA, queue place);
+    `labels` name the points (see `point_labels`)."""
     state = str(progress.get("state") or "unknown")
     done = int(progress.get("points_done") or 0)
     total = int(progress.get("points_total") or 0)
@@ -76,16 +94,19 @@ def progress_view(progress: dict[str, Any], repeats: int | None = None) -> Progr
         place = progress.get("queue_position")
         headline = f"queued — position {place} in the queue" if place else "queued — waiting for the GPU"
     return ProgressView(state=state, fraction=fraction, headline=headline,
-                        current=_current_words(progress.get("current"), repeats),
+                        current=_current_words(progress.get("current"), repeats, labels),
                         elapsed=format_duration(progress.get("elapsed_s")),
                         eta=format_duration(progress.get("eta_s")), live=state in LIVE_STATES)
 
 
-def _current_words(current: dict[str, Any] | None, repeats: int | None) -> str:
+def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: list[str] | None) -> str:
     if not current:
         return ""
-    words = [] if current.get("point_index") is None else [f"point {int(current['point_index']) + 1}"]
-    if current.get("batch_size") is not None:
+    index = current.get("point_index")
+    words = [] if index is None else [f"point {int(index) + 1}"]
+    if labels is not None and index is not None and 0 <= int(index) < len(labels):
+        words.append(labels[int(index)])
+    elif current.get("batch_size") is not None:
         words.append(f"batch {current['batch_size']}")
     stage = current.get("stage")
     if stage:
@@ -110,6 +131,13 @@ def timeline_points(table: pd.DataFrame, axis: SweepAxis) -> dict[int, str]:
     """The ok points a step timeline can be drawn for: point index → "batch 64" / "arrival rate 4 req/s"."""
     ok = table[table["status"] == "ok"].assign(x=sweep_x(table)).sort_values("x")
     return {int(row.point_index): axis.at(row.x) for row in ok.itertuples()}
+
+
+def step_replicas(steps: pd.DataFrame) -> list[int]:
+    """The replicas a point's steps come from (empty for a single engine, whose replica is null)."""
+    if "replica" not in steps:
+        return []
+    return sorted(int(r) for r in steps["replica"].dropna().unique())
 
 
 def timeline_limits(table: pd.DataFrame, point_index: int) -> tuple[float | None, float | None]:
@@ -181,5 +209,5 @@ def load_run(store: Store, run_id: str, slo: SLO | None) -> RunData | None:
         return None
     points = store.points([run_id])
     if points.empty:
-        return RunData(run, None, pd.DataFrame(columns=["batch_size", "part", "bytes"]))
+        return RunData(run, None, pd.DataFrame(columns=["batch_size", "x", "status", "part", "bytes"]))
     return RunData(run, analyse(points, run.get("model"), run.get("calibration"), slo), memory_split(points))
