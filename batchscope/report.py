@@ -122,11 +122,13 @@ def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) 
     if slo is not None and slo.column not in dict(latency):
         latency.append((slo.column, f"{slo.name} ms"))
     along = [] if axis.key == "batch_size" else [axis.noun]
-    header = (along + ["batch", "status", "out tok/s (min–max)", "decode step ms", "roofline ms", "% of roofline", "bound"]
+    limit = "batch" if axis.key == "batch_size" else "max_num_seqs"  # the batch bound of each point
+    header = (along + [limit, "status", "out tok/s (min–max)", "decode step ms", "roofline ms", "% of roofline", "bound"]
               + [label for _, label in latency] + ["peak alloc GiB"])
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, p in table.iterrows():
-        cells = [axis.value(p["x"]) for _ in along] + [str(int(p["batch_size"])), _status(p), _spread(p), _cell(p.get("decode_step_ms")),
+        bound = p["batch_size"] if axis.key == "batch_size" else p.get("max_num_seqs", p["batch_size"])
+        cells = [axis.value(p["x"]) for _ in along] + [str(int(bound)), _status(p), _spread(p), _cell(p.get("decode_step_ms")),
                  _cell(p.get("predicted_step_ms")), _cell(p.get("roofline_pct")), _text(p.get("bound"))]
         cells += [_cell(p.get(column)) for column, _ in latency]
         cells.append(_cell(p.get("mem_peak_allocated"), scale=1024**3))

@@ -67,7 +67,7 @@ def test_rate_sweep_knee_slo_limit_and_working_point_are_rates() -> None:
     assert any(note.startswith("No roofline along arrival rate") for note in result.notes)
     assert result.table["x"].tolist() == RATES and result.table["predicted_tokens_per_s"].isna().all()
     report = to_markdown(_run_record(), result)
-    assert "| arrival rate | batch |" in report and "ridge batch**: n/a (not a batch-size sweep)" in report
+    assert "| arrival rate | max_num_seqs |" in report and "| 0.5 req/s | 8 | ok |" in report and "ridge batch**: n/a (not a batch-size sweep)" in report
 
 
 def test_online_points_floor_the_decode_step_at_their_mean_active_rows_and_predict_no_throughput() -> None:
@@ -123,6 +123,7 @@ def test_a_real_cpu_rate_sweep_on_the_run_page_and_refused_in_a_mixed_overlay(ho
         "arrival rate 25 req/s", "arrival rate 100 req/s", "arrival rate 400 req/s"]
     table = page.dataframe[0].value
     assert table["arrival req/s"].tolist() == [25.0, 100.0, 400.0] and table["queue P95 ms"].notna().all()
+    assert "batch" not in table and table["max_num_seqs"].tolist() == [4, 4, 4]
     assert "req/s" in " ".join(texts(page, "markdown"))
 
     overlay = history_view.overlay_runs(store, {"rate-sweep": "rates", "tiny-cpu": "static"}, None)

@@ -121,6 +121,8 @@ def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: 
 def points_display(table: pd.DataFrame) -> pd.DataFrame:
     """The table of every point with readable headers; columns a run never recorded are left out."""
     columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any()]
+    if "sweep_axis" in table and table["sweep_axis"].notna().all():
+        columns.remove("batch_size")  # a continuous point's batch_size repeats its limit or its clients
     shown = table.assign(x=sweep_x(table)).sort_values("x")[columns].copy()
     for column in shown.select_dtypes("float").columns:
         shown[column] = shown[column].round(0 if column.endswith("tokens_per_s") else 3)
