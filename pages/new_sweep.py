@@ -129,7 +129,7 @@ for field, message in problems.items():
     (slots.get(field) or slots.get("slo" if field.startswith("slo_") else "") or st).error(
         message, icon=":material/error:")
 
-st.subheader("Predicted memory per batch")
+st.subheader("Predicted memory per max_num_seqs" if values.mode == "continuous" else "Predicted memory per batch")
 capacity = sweep_form.default_capacity(resources.store().runs(), device)
 capacity_gib = st.number_input("Device memory (GiB)", min_value=0.1, value=round(capacity.bytes / sweep_form.GiB, 1),
                                step=1.0, key=f"capacity_gib_{device}")

@@ -197,6 +197,16 @@ def test_form_sends_continuous_options_only_in_that_mode_and_checks_them() -> No
     assert "only one axis" in check(form)["concurrency"]
 
 
+def test_form_memory_estimate_in_continuous_mode_is_per_max_num_seqs() -> None:
+    from batchscope.ui.form import SweepForm, memory_estimate
+
+    form = SweepForm(model="tiny", engine="fast", mode="continuous", load="concurrency", concurrency="4",
+                     max_num_seqs="1,2", prompt_len="fixed:100", output_len="fixed:20")
+    estimate = memory_estimate(form, 10**12)
+    assert estimate.error is None and not estimate.warnings
+    assert estimate.table["max_num_seqs"].tolist() == [1, 2] and estimate.table["KV tokens per slot"].tolist() == [128, 128]
+
+
 def test_chart_axis_title_names_the_batch_limit_of_each_run_kind() -> None:
     import pandas as pd
 

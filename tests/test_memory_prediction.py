@@ -83,6 +83,22 @@ def test_predict_memory_for_spec_covers_warmup_repeats() -> None:
     assert predict_memory_for_spec(MODEL, spec, None)["max_prompt_len"][0] == longest
 
 
+def test_continuous_prediction_is_the_slot_cache_the_engine_allocates() -> None:
+    from runners.spec import validate
+
+    spec = validate({"model": "tiny", "engine": "fast", "mode": "continuous", "max_num_seqs": "1,4",
+                     "arrival": "poisson:8", "num_requests": 5, "prompt_len": "fixed:100", "output_len": "fixed:20"})
+    table = predict_memory_for_spec(MODEL, spec, capacity_bytes=40_000_000 + 2_000_000_000)
+    # longest request 100 + 20 = 120 tokens, rounded up to the cache alignment of 64 → 128 per slot;
+    # KV = slots × 128 × 1e5: 1.28e7 for 1 slot, 5.12e7 for 4 (over the 4e7 left after the weights)
+    assert table["batch_size"].tolist() == [1, 4] and table["tokens_per_row"].tolist() == [128, 128]
+    assert table["kv_bytes"].tolist() == [12_800_000, 51_200_000]
+    assert table["fits"].tolist() == [True, False]
+    assert table["message"][1].startswith("Will not fit: max_num_seqs 4 needs 1.9 GiB")
+    rates = validate({**spec.to_dict(), "max_num_seqs": 8, "arrival": "poisson:1,2,4"})
+    assert predict_memory_for_spec(MODEL, rates, None)["batch_size"].tolist() == [8]  # one limit, three rates
+
+
 def test_memory_split_long_table() -> None:
     points = pd.DataFrame({
         "run_id": ["r", "r", "r"], "batch_size": [1, 2, 4], "status": ["ok", "ok", "oom"],

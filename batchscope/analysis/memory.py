@@ -5,6 +5,9 @@ import pandas as pd
 
 from batchscope.analysis.axis import sweep_x
 from batchscope.analysis.marker import pct
+from runners.continuous_spec import longest_request
+from runners.continuous_spec import points as continuous_points
+from runners.kv_layout import cache_len
 from runners.spec import SweepSpec
 
 GiB = 1024**3
@@ -47,40 +50,53 @@ def predict_memory(model: dict, batch_sizes: list[int], prompt_lens: list[int], 
     in draw order); its KV is B × (max prompt + max output) × KV bytes/token, because a static batch
     pads every row to the longest prompt and keeps it until the longest output is done.
     """
-    shapes = [(b, max(prompt_lens[:b]), max(output_lens[:b])) for b in batch_sizes]
-    return _prediction(model, shapes, capacity_bytes)
+    return _static(model, [(b, max(prompt_lens[:b]), max(output_lens[:b])) for b in batch_sizes], capacity_bytes)
 
 
 def predict_memory_for_spec(model: dict, spec: SweepSpec, capacity_bytes: int | None) -> pd.DataFrame:
-    """`predict_memory` with the exact lengths the runner will draw for each batch, warm-up included.
+    """`predict_memory` with the exact lengths the runner will draw, warm-up included.
 
-    Each batch size draws its own lengths per repeat (`SweepSpec.request_lengths`); the largest
-    batch of all repeats is the one that must fit.
+    Static: each batch size draws its own lengths per repeat (`SweepSpec.request_lengths`); the
+    largest batch of all repeats is the one that must fit. Continuous: per max_num_seqs, the slot
+    cache the engine allocates up front, whatever the load: slots × the longest request of the
+    workload, rounded up to the cache alignment (`runners.kv_layout`).
     """
+    if spec.mode == "continuous":
+        per_slot = cache_len(longest_request(spec))
+        limits = sorted({point.max_num_seqs for point in continuous_points(spec)})
+        return _prediction(model, [(m, per_slot) for m in limits], capacity_bytes, "max_num_seqs")
     shapes = []
     for b in spec.batch_sizes:
         drawn = [spec.request_lengths(b, r) for r in spec.repeat_indices()]
         shapes.append((b, max(max(p) for p, _ in drawn), max(max(o) for _, o in drawn)))
-    return _prediction(model, shapes, capacity_bytes)
+    return _static(model, shapes, capacity_bytes)
 
 
-def _prediction(model: dict, shapes: list[tuple[int, int, int]], capacity_bytes: int | None) -> pd.DataFrame:
+def _static(model: dict, shapes: list[tuple[int, int, int]], capacity_bytes: int | None) -> pd.DataFrame:
+    """(batch, longest prompt, longest output) shapes → the prediction, with both lengths kept."""
+    table = _prediction(model, [(b, p + o) for b, p, o in shapes], capacity_bytes, "batch")
+    table.insert(1, "max_prompt_len", [p for _, p, _ in shapes])
+    table.insert(2, "max_output_len", [o for _, _, o in shapes])
+    return table
+
+
+def _prediction(model: dict, shapes: list[tuple[int, int]], capacity_bytes: int | None, noun: str) -> pd.DataFrame:
+    """(rows, KV tokens per row) shapes → weights + KV bytes, whether they fit, and a message."""
     rows = []
-    for batch, max_prompt, max_output in shapes:
-        kv = batch * (max_prompt + max_output) * model["kv_bytes_per_token"]
+    for batch, tokens_per_row in shapes:
+        kv = batch * tokens_per_row * model["kv_bytes_per_token"]
         total = model["weight_bytes"] + kv
         fits = None if capacity_bytes is None else total <= capacity_bytes
-        rows.append({"batch_size": batch, "max_prompt_len": max_prompt, "max_output_len": max_output,
-                     "weight_bytes": model["weight_bytes"], "kv_bytes": kv, "total_bytes": total,
-                     "capacity_bytes": capacity_bytes, "fits": fits,
-                     "message": _message(batch, total, capacity_bytes)})
+        rows.append({"batch_size": batch, "tokens_per_row": tokens_per_row, "weight_bytes": model["weight_bytes"],
+                     "kv_bytes": kv, "total_bytes": total, "capacity_bytes": capacity_bytes, "fits": fits,
+                     "message": _message(f"{noun} {batch}", total, capacity_bytes)})
     table = pd.DataFrame(rows)
     table["fits"] = table["fits"].astype("boolean")
     return table
 
 
-def _message(batch: int, total: int, capacity: int | None) -> str:
-    need = f"batch {batch} needs {total / GiB:.1f} GiB for weights + KV"
+def _message(what: str, total: int, capacity: int | None) -> str:
+    need = f"{what} needs {total / GiB:.1f} GiB for weights + KV"
     if capacity is None:
         return f"{need[0].upper()}{need[1:]}; device capacity unknown."
     share = total / capacity

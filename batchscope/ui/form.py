@@ -20,7 +20,8 @@ SLO_METRICS = ("ttft", "itl", "e2e")
 SLO_PERCENTILES = (50, 95, 99)
 H200_CAPACITY_BYTES = 150_109_880_320  # what torch reported on the H200 this project measured on
 GiB = 1024**3
-ESTIMATE_FIELDS = ("model", "dtype", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup", "seed")
+ESTIMATE_FIELDS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
+                   "seed", "max_num_seqs", "arrival", "concurrency", "num_requests")
 PREVIEW_SAMPLES = 2000
 
 
@@ -178,8 +179,9 @@ class MemoryEstimate:
 
 
 def memory_estimate(form: SweepForm, capacity_bytes: int) -> MemoryEstimate:
-    """Predicted memory per batch with the exact lengths the runner will draw, and a warning for every
-    batch that will not fit or is tight, so a sweep that will OOM is flagged before it is launched."""
+    """Predicted memory per batch (per max_num_seqs in continuous mode) with the exact lengths the runner
+    will draw, and a warning for every one that will not fit or is tight, so a sweep that will OOM is
+    flagged before it is launched."""
     raw = {k: v for k, v in form.spec_dict().items() if k in ESTIMATE_FIELDS}
     try:
         spec = validate(raw, config.model_roots())
@@ -189,10 +191,12 @@ def memory_estimate(form: SweepForm, capacity_bytes: int) -> MemoryEstimate:
     except (OSError, KeyError, ValueError) as error:
         return MemoryEstimate(pd.DataFrame(), [], f"No estimate: the model's config cannot be read ({error}).")
     predicted = predict_memory_for_spec(facts, spec, capacity_bytes)
+    shape = ({"max_num_seqs": predicted["batch_size"], "KV tokens per slot": predicted["tokens_per_row"]}
+             if spec.mode == "continuous" else
+             {"batch": predicted["batch_size"], "longest prompt": predicted["max_prompt_len"],
+              "longest output": predicted["max_output_len"]})
     table = pd.DataFrame({
-        "batch": predicted["batch_size"],
-        "longest prompt": predicted["max_prompt_len"],
-        "longest output": predicted["max_output_len"],
+        **shape,
         "weights GiB": predicted["weight_bytes"] / GiB,
         "KV cache GiB": predicted["kv_bytes"] / GiB,
         "total GiB": predicted["total_bytes"] / GiB,

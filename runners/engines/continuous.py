@@ -18,9 +18,8 @@ import torch
 
 from runners import cancel
 from runners.engines.fast_model import DecodeState, FastDecoder
+from runners.kv_layout import cache_len
 from runners.scheduler import Arrivals, Request, Scheduler
-
-LEN_ALIGN = 64
 
 
 def buckets(max_num_seqs: int) -> list[int]:
@@ -68,7 +67,7 @@ class ContinuousEngine:
     def setup(self, max_num_seqs: int, max_seq_len: int) -> float:
         """Allocate the slot cache, compile/warm every bucket and capture it; returns seconds."""
         self.release()
-        max_len = -(-max_seq_len // LEN_ALIGN) * LEN_ALIGN
+        max_len = cache_len(max_seq_len)
         t0 = time.perf_counter()
         self.state = self.decoder.new_state(max_num_seqs, max_len, 1)
         self.state.active.zero_()

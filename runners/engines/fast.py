@@ -16,11 +16,11 @@ from runners.engines.base import Batch, Generation
 from runners.engines.fast_model import DecodeState, FastDecoder
 from runners.engines.fast_quant import decoder_weight_bytes, quantize_with_guard
 from runners.models import LoadedModel
+from runners.kv_layout import cache_len
 from runners.quant_layout import QUANT_DTYPES
 
 VERSION = "1"
 PAD_ID = 0
-LEN_ALIGN = 64  # cache length multiple: keeps the attention mask rows aligned for the fused kernels
 
 
 class FastEngine:
@@ -59,7 +59,7 @@ class FastEngine:
     def setup(self, batch_size: int, max_prompt_len: int, max_output_len: int) -> float:
         """Allocate the cache and buffers for this shape, warm the step up and capture it."""
         self.release()
-        max_len = -(-(max_prompt_len + max_output_len) // LEN_ALIGN) * LEN_ALIGN
+        max_len = cache_len(max_prompt_len + max_output_len)
         if self.decoder.window is not None and max_prompt_len + max_output_len > self.decoder.window:
             raise ValueError(f"sequences of {max_prompt_len + max_output_len} tokens exceed the "
                              f"model's sliding window ({self.decoder.window}), which fast does not implement")
