@@ -31,6 +31,7 @@ UTILISATION_COLUMNS = {
     "dram_bw_util_pct": "DRAM bandwidth util (GPM)",
     "cpu_pct": "process CPU %",
 }
+COMM_SERIES = "all-reduce share of decode step (tensor parallel)"
 MEMORY_PARTS = {"weights": "weights", "kv_used": "KV cache (used)", "kv_unused": "KV cache (allocated, unused)",
                 "activations": "activations + workspace", "allocator_reserve": "allocator reserve",
                 "other": "CUDA context + other"}
@@ -95,11 +96,14 @@ def latency_frame(table: pd.DataFrame, percentile: int = 95, run: str = "",
 
 def utilisation_frame(table: pd.DataFrame, run: str = "", columns: Mapping[str, str] | None = None
                       ) -> pd.DataFrame:
-    """Long frame of every utilisation metric the run recorded (absent sources are left out)."""
+    """Long frame of every utilisation metric the run recorded (absent sources are left out), and with
+    tensor parallelism the all-reduce's share of the decode step in %, the time no GPU computes."""
     ok = _ok_points(table)
     rows = [pd.DataFrame({"x": ok["x"], "series": label, "value": ok[column]})
             for column, label in (columns or UTILISATION_COLUMNS).items()
             if column in ok and ok[column].notna().any()]
+    if columns is None and "comm_share" in ok and ok["comm_share"].notna().any():
+        rows.append(pd.DataFrame({"x": ok["x"], "series": COMM_SERIES, "value": 100.0 * ok["comm_share"]}))
     return _finish(rows, run)
 
 

@@ -177,3 +177,12 @@ def test_length_histogram_bins_the_sampled_lengths() -> None:
     spec = to_dict(charts.length_histogram([1, 2, 2, 3], "Prompt length"))
     assert spec["encoding"]["x"]["bin"] == {"maxbins": 40}
     assert len(spec["datasets"][spec["data"]["name"]]) == 4
+
+
+def test_tensor_parallel_runs_show_the_all_reduce_share_beside_utilisation() -> None:
+    table = summary_table(points=3).assign(comm_share=[0.05, 0.10, 0.25])
+    frame = charts.utilisation_frame(table)
+    assert frame[frame["series"] == charts.COMM_SERIES]["value"].tolist() == [5.0, 10.0, 25.0]
+    assert charts.COMM_SERIES not in set(charts.utilisation_frame(summary_table(points=3))["series"])
+    # an overlay keeps one utilisation series per run, so it leaves the share out
+    assert charts.COMM_SERIES not in set(charts.utilisation_frame(table, columns={"gpu_util_pct": "GPU"})["series"])

@@ -34,6 +34,7 @@ TABLE_COLUMNS = {
     "tensor_active_pct": "tensor active %", "cpu_pct": "CPU %", "mem_peak_allocated": "peak alloc bytes",
     "mem_kv_allocated": "KV alloc bytes", "rss_bytes_max": "peak RSS bytes",
     "energy_per_output_token_j": "J / output token", "setup_ms": "setup ms",
+    "comm_ms_per_step": "all-reduce ms / step", "comm_share": "all-reduce share",
     "queue_ms_p50": "queue P50 ms", "queue_ms_p95": "queue P95 ms", "queue_ms_p99": "queue P99 ms",
     "goodput_rps": "goodput req/s", "goodput_slo": "goodput SLO", "kv_occupancy_mean": "KV occupancy mean",
     "kv_occupancy_max": "KV occupancy max", "admission_waits": "admission waits (cache full)", "error": "error",
