@@ -7,12 +7,11 @@ from typing import Any
 
 import torch
 
-from runners import cancel, fingerprint, memory
+from runners import cancel
 from runners.continuous_metrics import ContinuousRepeat, summarise
 from runners.continuous_spec import ContinuousPoint, longest_request
 from runners.engines.continuous import ContinuousEngine
 from runners.models import LoadedModel
-from runners.schemas import SUMMARY
 from runners.telemetry import rss_bytes
 
 
@@ -73,39 +72,15 @@ def run_point(sweep, index: int, point: ContinuousPoint, loaded: LoadedModel, en
     summary["setup_ms"] = setup_s * 1000.0
     summary.update(sweep_axis=point.axis, sweep_value=point.value, max_num_seqs=point.max_num_seqs,
                    arrival_rate=point.arrival_rate, concurrency=point.concurrency)
-    from runners.sweep import _utilisation  # a sibling of Sweep; imported late to avoid a cycle
-
-    samples = sweep._tag_samples(sweep.sampler.drain(), windows)
-    summary.update(_utilisation(samples, summary, windows))
-    tokens = spec.num_requests * len(repeats)
-    if summary.get("energy_j") is not None and tokens:
-        summary["energy_per_output_token_j"] = summary["energy_j"] / (summary["output_len_mean"] * tokens)
-    for row in samples:
-        del row["stage"]
-    parts = {"samples": samples}
-    if repeats:
-        parts.update(requests=[r for rep in repeats for r in rep.requests],
-                     steps=[s for rep in repeats for s in rep.steps], repeats=[rep.row for rep in repeats])
-    sweep.folder.write_point(index, parts, {name: summary.get(name) for name in SUMMARY.names})
-    sweep.folder.log(f"point {index} {point.axis} {point.value:g}: {summary['status']}"
-                     + (f" {summary['output_tokens_per_s']:.1f} out tok/s, goodput {summary['goodput_rps']:.2f} "
-                        f"req/s, {summary['admission_waits']} admission waits" if summary["status"] == "ok"
-                        else f" {summary['error']}"))
-    return summary
+    done = (f" {summary['output_tokens_per_s']:.1f} out tok/s, goodput {summary['goodput_rps']:.2f} req/s, "
+            f"{summary['admission_waits']} admission waits") if summary.get("status") == "ok" else ""
+    return sweep._write_point(index, summary, repeats, windows, f"{point.axis} {point.value:g}", done,
+                              spec.num_requests)
 
 
 def _memory(sweep, loaded: LoadedModel, served: ContinuousEngine, repeats: list[ContinuousRepeat],
             rss_before: int) -> dict[str, Any]:
     """The static split with the slot cache as KV allocated and the most KV ever held as KV used."""
-    info, device = loaded.info, sweep.device
+    info = loaded.info
     kv_used = max(s["active_tokens"] for rep in repeats for s in rep.steps) * info.kv_bytes_per_token
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        return memory.split(capacity=total, weights=info.weight_bytes, kv_allocated=served.kv_bytes,
-                            kv_used=kv_used, peak_allocated=torch.cuda.max_memory_allocated(device),
-                            reserved=torch.cuda.max_memory_reserved(device), device_used=total - free)
-    rss_peak = sweep.sampler.peak_rss()
-    return memory.split(capacity=fingerprint.total_ram(), weights=info.weight_bytes,
-                        kv_allocated=served.kv_bytes, kv_used=kv_used,
-                        peak_allocated=info.weight_bytes + max(0, rss_peak - rss_before),  # RSS growth holds KV too
-                        reserved=None, device_used=None)
+    return sweep._split(info, served.kv_bytes, kv_used, rss_before)

@@ -147,19 +147,24 @@ class Sweep:
             engine.release()
             self._free()
         summary.update(setup_ms=setup_s * 1000.0, tensor_parallel=spec.tensor_parallel, replicas=spec.replicas)
+        done = f" {summary['output_tokens_per_s']:.1f} out tok/s" if summary["status"] == "ok" else ""
+        return self._write_point(index, summary, results, windows, f"batch {batch_size}", done)
+
+    def _write_point(self, index: int, summary: dict[str, Any], repeats: list, windows: list[tuple[int, float, float, float]],
+                     what: str, done: str, requests_per_repeat: int | None = None) -> dict[str, Any]:
+        """Utilisation from the point's samples, then its files and a log line; `repeats` are the
+        measured repeats (static or continuous: each has `requests`, `steps` and `row`)."""
         samples = self._tag_samples(self.sampler.drain(), windows)
-        summary.update(_utilisation(samples, summary, windows))
+        summary.update(_utilisation(samples, summary, windows, requests_per_repeat))
         for row in samples:
             del row["stage"]
         parts = {"samples": samples}
-        if results:
-            parts.update(requests=[r for res in results for r in res.requests],
-                         steps=[s for res in results for s in res.steps],
-                         repeats=[res.row for res in results])
+        if repeats:
+            parts.update(requests=[r for rep in repeats for r in rep.requests],
+                         steps=[s for rep in repeats for s in rep.steps], repeats=[rep.row for rep in repeats])
         self.folder.write_point(index, parts, {name: summary.get(name) for name in SUMMARY.names})
-        self.folder.log(f"point {index} batch {batch_size}: {summary['status']}"
-                        + (f" {summary['output_tokens_per_s']:.1f} out tok/s" if summary["status"] == "ok" else
-                           f" {summary['error']}"))
+        self.folder.log(f"point {index} {what}: {summary['status']}"
+                        + (done if summary["status"] == "ok" else f" {summary['error']}"))
         return summary
 
     def _failed(self, index: int, batch_size: int, status: str, err: BaseException) -> dict[str, Any]:
@@ -181,6 +186,10 @@ class Sweep:
         info = loaded.info
         kv_allocated = max(r.gen.kv_allocated_bytes for r in results)
         kv_used = max(sum(r.batch.prompt_lens) + sum(r.batch.output_lens) for r in results) * info.kv_bytes_per_token
+        return self._split(info, kv_allocated, kv_used, rss_before)
+
+    def _split(self, info: models.ModelInfo, kv_allocated: int, kv_used: int, rss_before: int) -> dict[str, Any]:
+        """The memory split from the allocator's peaks on a GPU, or from the RSS growth on a CPU."""
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
             return memory.split(capacity=total, weights=info.weight_bytes, kv_allocated=kv_allocated,
@@ -210,13 +219,15 @@ class Sweep:
 
 
 def _utilisation(samples: list[dict[str, Any]], summary: dict[str, Any],
-                 windows: list[tuple[int, float, float, float]]) -> dict[str, Any]:
+                 windows: list[tuple[int, float, float, float]], requests_per_repeat: int | None = None
+                 ) -> dict[str, Any]:
     """Means over the samples inside this point's measured repeats (and over decode only; with several
     GPUs, over all of them); energy = each GPU's mean power inside a repeat × the repeat's length, summed.
 
     Samples from the stages around the repeats (setup, graph capture, warm-up, the previous point's
     tail) never count. A repeat shorter than the sampling period (a tiny CPU batch) may hold no sample:
     then this point's measure-stage samples stand in for the means, and energy is left unknown.
+    Energy per output token counts `requests_per_repeat` requests per repeat (the batch size when None).
     """
     point = summary["point_index"]
     own = [s for s in samples if s["point_index"] == point]
@@ -234,7 +245,8 @@ def _utilisation(samples: list[dict[str, Any]], summary: dict[str, Any],
     out["rss_bytes_max"] = max((s["rss_bytes"] for s in measured), default=None)
     out["util_source"] = samples[0]["source"] if samples else None
     out["energy_j"] = _energy(in_repeats, windows)
-    tokens = summary.get("output_len_mean", 0) * summary.get("batch_size", 0) * summary.get("repeats", 0)
+    per_repeat = summary.get("batch_size", 0) if requests_per_repeat is None else requests_per_repeat
+    tokens = (summary.get("output_len_mean") or 0) * per_repeat * (summary.get("repeats") or 0)
     out["energy_per_output_token_j"] = out["energy_j"] / tokens if out["energy_j"] is not None and tokens else None
     return out
 

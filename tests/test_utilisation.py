@@ -30,6 +30,12 @@ def test_only_samples_inside_the_repeats_count():
     assert out["gpu_util_pct_decode"] == pytest.approx(100.0)
 
 
+def test_an_online_point_counts_its_requests_not_its_batch_limit():
+    samples = [sample(3, "measure", 0, "decode", 400.0, 100.0)]
+    # 400 W × 2 s = 800 J over 10 tokens × 20 requests (not × the batch limit of 4)
+    assert _utilisation(samples, SUMMARY, WINDOW, requests_per_repeat=20)["energy_per_output_token_j"] == 4.0
+
+
 def test_energy_sums_every_gpu():
     samples = [sample(3, "measure", 0, "decode", 400.0, 100.0, gpu=0),
                sample(3, "measure", 0, "decode", 200.0, 100.0, gpu=1)]
