@@ -90,7 +90,7 @@ def throughput_sentences(table: pd.DataFrame, analysis: Analysis | None) -> tupl
     if int(last["batch_size"]) != bb:
         drop = 1 - float(last["output_tokens_per_s"]) / tb
         return opening, (f"Past its peak at batch {bb} it falls: batch {int(last['batch_size'])} gives "
-                         f"{tok_s(last['output_tokens_per_s'])}, {pct(drop, 1)} less.")
+                         f"{tok_s(last['output_tokens_per_s'])}, {pct(drop, 1)} less{padding_words(last)}.")
     first_gain = doubling_gain(curve.iloc[0], curve.iloc[1])
     last_gain = doubling_gain(curve.iloc[-2], curve.iloc[-1])
     last_step = f"{int(curve.iloc[-2]['batch_size'])} → {int(last['batch_size'])}"
@@ -432,6 +432,9 @@ def measured(table: pd.DataFrame, column: str) -> pd.DataFrame:
     return ok.dropna(subset=[column]).sort_values("batch_size").reset_index(drop=True)
 
 
+PADDING_OF_NOTE = 0.10  # below this share padding does not explain a fall in throughput
+
+
 def value(row: pd.Series, column: str) -> float | None:
     """A point's number, or None when absent or missing (NaN and pandas' NA alike)."""
     raw = row.get(column)
@@ -454,6 +457,17 @@ def not_ok_words(table: pd.DataFrame) -> str:
         if batches:
             words.append(f"batch {', '.join(map(str, batches))} {verb}")
     return ("; ".join(words).capitalize() + ".") if words else "No point has finished yet."
+
+
+def padding_words(point: pd.Series) -> str:
+    """Why a static batch can get slower, in the point's own numbers: its rows pad to the longest prompt
+    and keep decoding until the longest output is done. Empty when the run recorded no padding of note."""
+    prefill, decode = value(point, "prefill_padding_waste"), value(point, "decode_padding_waste")
+    parts = [f"{pct(share)} of {what}" for share, what in (
+                 (decode, "the decode rows it runs belong to requests already finished"),
+                 (prefill, "its prefill tokens are padding up to the longest prompt"))
+             if share is not None and share >= PADDING_OF_NOTE]
+    return f"; there {' and '.join(parts)}" if parts else ""
 
 
 def doubling_gain(low: pd.Series, high: pd.Series) -> float:

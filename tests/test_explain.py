@@ -53,6 +53,10 @@ def test_throughput_names_the_plateau_and_the_decline_after_a_peak() -> None:
     peaked = points(output_tokens_per_s=[100.0, 400.0, 300.0])
     assert explain.throughput_sentences(peaked, analysis(peaked))[1] == \
         "Past its peak at batch 2 it falls: batch 4 gives 300 tok/s, 25 % less."
+    padded = peaked.assign(decode_padding_waste=[0.0, 0.2, 0.67], prefill_padding_waste=[0.0, 0.5, 0.05])
+    assert explain.throughput_sentences(padded, analysis(padded))[1] == (
+        "Past its peak at batch 2 it falls: batch 4 gives 300 tok/s, 25 % less; there 67 % of the decode rows "
+        "it runs belong to requests already finished.")  # 5 % of prefill padding is below the 10 % worth naming
 
 
 def test_throughput_still_rising_and_changing_the_run_changes_the_sentence() -> None:
