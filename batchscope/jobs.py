@@ -217,8 +217,12 @@ class JobManager:
             raise KeyError(run_id)
 
     def progress(self, run_id: str) -> dict[str, Any]:
-        """status.json's fields plus elapsed_s, eta_s and queue_position (1 = launches next; None
-        when not waiting). Raises KeyError for an unknown run."""
+        """status.json's fields plus elapsed_s, eta_s, queue_position (1 = launches next; None when not
+        waiting) and settled. Raises KeyError for an unknown run.
+
+        `settled` is False until the manager has ingested the run's final state: the runner writes
+        `done` before it exits, and the DB catches up only after that, so a page that stopped
+        refreshing at `done` could be left showing no points."""
         folder = self._folder(run_id)
         status = RunFolder(folder).status() if folder is not None else None
         if status is None:
@@ -233,7 +237,8 @@ class JobManager:
         eta = None
         if status.get("state") == "running" and elapsed is not None and done and total >= done:
             eta = elapsed / done * (total - done)
-        progress.update(elapsed_s=elapsed, eta_s=eta, queue_position=self._queue_position(run_id))
+        progress.update(elapsed_s=elapsed, eta_s=eta, queue_position=self._queue_position(run_id),
+                        settled=not self._in_hand(run_id))
         return progress
 
     def queue(self) -> list[str]:
@@ -496,10 +501,15 @@ class JobManager:
         stored = self.store.run(run_id)
         return stored["state"] if stored else None
 
+    def _in_hand(self, run_id: str) -> bool:
+        """True while this manager has the run queued, running, or not yet settled and ingested."""
+        with self._changed:
+            return any(run_id in lane.waiting or (lane.current is not None and lane.current.run_id == run_id)
+                       for lane in self._lanes.values())
+
     def _settled_state(self, run_id: str) -> str | None:
         """The final state once the manager is done with the run; None while it is queued or going."""
-        for lane in self._lanes.values():
-            if run_id in lane.waiting or (lane.current is not None and lane.current.run_id == run_id):
-                return None
+        if self._in_hand(run_id):
+            return None
         state = self._stored_state(run_id)
         return state if state in TERMINAL_STATES else None

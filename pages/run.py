@@ -180,11 +180,13 @@ def run_body(live_at_start: bool) -> None:
         return
     st.subheader(run_view.run_title(data.run))
     st.caption(f"{run_id} · {progress.get('state')} · {data.run.get('fingerprint') or 'environment not recorded yet'}")
-    live = progress.get("state") in run_view.LIVE_STATES
-    if live:
+    live = run_view.is_live(progress)
+    if progress.get("state") in run_view.LIVE_STATES:
         show_progress(progress, data.run.get("spec") or {})
     else:
         show_outcome(progress)
+        if live:
+            st.caption("Storing the last results…")
     show_results(data)
     show_timeline(data)
     show_fingerprint(data)
@@ -200,7 +202,7 @@ def guarded_body(live_at_start: bool) -> None:
 
 
 try:
-    is_live = resources.jobs().progress(run_id).get("state") in run_view.LIVE_STATES
+    is_live = run_view.is_live(resources.jobs().progress(run_id))
 except KeyError:
     is_live = False
 st.fragment(guarded_body, run_every=REFRESH_SECONDS if is_live else None)(is_live)

@@ -199,6 +199,30 @@ def test_a_failed_final_ingest_is_retried_so_the_run_still_settles(manager: JobM
     assert manager.store.point_indices(run_id) == {0, 1}
 
 
+def test_a_run_is_unsettled_until_its_final_points_are_in_the_db(manager: JobManager, monkeypatch) -> None:
+    """The runner writes `done` before it exits; until the manager has ingested that, progress says
+    settled=False, so the Run page keeps refreshing instead of stopping at a page with no points."""
+    import threading
+
+    from batchscope import jobs
+
+    real, release = jobs.ingest_run, threading.Event()
+
+    def held_at_the_end(store, folder):
+        if (RunFolder(folder).status() or {}).get("state") == "done":
+            release.wait(RUN_TIMEOUT_S)
+        return real(store, folder)
+
+    monkeypatch.setattr(jobs, "ingest_run", held_at_the_end)
+    run_id = manager.submit({**QUICK, "name": "held"})
+    _until(lambda: manager.progress(run_id)["state"] == "done", what="the runner's own done")
+    held = manager.progress(run_id)
+    assert held["settled"] is False and manager.store.run(run_id)["state"] != "done"  # the DB lags
+    release.set()
+    assert manager.wait(run_id, RUN_TIMEOUT_S) == "done"
+    assert manager.progress(run_id)["settled"] is True and manager.store.point_indices(run_id) == {0, 1}
+
+
 def test_bad_spec_raises_and_writes_nothing(manager: JobManager) -> None:
     with pytest.raises(SpecError) as caught:
         manager.submit({**QUICK, "batch_sizes": [0, 2]})

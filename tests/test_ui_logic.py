@@ -156,3 +156,10 @@ def test_import_refuses_what_is_not_a_run_folder_and_imports_a_real_one(tmp_path
     assert list(overlay) == ["tiny"]
     assert run_view.load_run(store, "nope", None) is None
     store.close()
+
+
+def test_the_run_page_keeps_refreshing_until_the_last_points_are_stored() -> None:
+    assert run_view.is_live({"state": "running"}) and run_view.is_live({"state": "queued"})
+    assert run_view.is_live({"state": "done", "settled": False})  # the runner is done, the DB not yet
+    assert not run_view.is_live({"state": "done", "settled": True})
+    assert not run_view.is_live({"state": "failed"})  # a stored run no manager holds

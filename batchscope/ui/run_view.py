@@ -15,6 +15,12 @@ from runners.continuous_spec import points as continuous_points
 from runners.spec import SweepSpec
 
 LIVE_STATES = frozenset({"queued", "running"})
+
+
+def is_live(progress: dict[str, Any]) -> bool:
+    """Whether the Run page must keep refreshing: the run is queued or running, or it has ended but
+    the job manager has not yet stored its last points (see JobManager.progress)."""
+    return progress.get("state") in LIVE_STATES or progress.get("settled") is False
 STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device's ceilings",
                "setup": "setting up the batch shape",
                "warmup": "warming up", "measure": "measuring"}
