@@ -43,24 +43,23 @@ with model_col:
                           help="auto uses the GPU when one is visible to the runner, else the CPU.")
     slots["device"] = st.empty()
 with batch_col:
-    st.subheader("Batch sizes")
-    batch_mode = st.radio("Batch range", ["Powers of two", "Explicit list"], horizontal=True, key="batch_mode")
-    if batch_mode == "Powers of two":
-        lo_col, hi_col = st.columns(2)
-        batch_lo = lo_col.number_input("From", min_value=1, value=1, step=1, key="batch_lo")
-        batch_hi = hi_col.number_input("To", min_value=1, value=64, step=1, key="batch_hi")
-        batch_list = ""
-    else:
-        batch_lo, batch_hi = 1, 1
-        batch_list = st.text_input("Batch sizes", value="1,2,4,8", key="batch_list",
-                                   help="Comma-separated whole numbers, e.g. 1,3,8,24")
-    slots["batch_sizes"] = st.empty()
+    batch_mode, batch_lo, batch_hi, batch_list = "Powers of two", 1, 1, ""  # unused in continuous mode
+    if mode != "continuous":
+        st.subheader("Batch sizes")
+        batch_mode = st.radio("Batch range", ["Powers of two", "Explicit list"], horizontal=True, key="batch_mode")
+        if batch_mode == "Powers of two":
+            lo_col, hi_col = st.columns(2)
+            batch_lo = lo_col.number_input("From", min_value=1, value=1, step=1, key="batch_lo")
+            batch_hi = hi_col.number_input("To", min_value=1, value=64, step=1, key="batch_hi")
+        else:
+            batch_list = st.text_input("Batch sizes", value="1,2,4,8", key="batch_list",
+                                       help="Comma-separated whole numbers, e.g. 1,3,8,24")
+        slots["batch_sizes"] = st.empty()
     continuous: dict = {}
     if mode == "continuous":
         st.subheader("Continuous batching")
-        st.caption("Sweep exactly one of max_num_seqs, arrival rates or concurrency (a comma list); "
-                   "the batch range above is not used. Each point's batch size is its max_num_seqs "
-                   "(its concurrency in a concurrency sweep).")
+        st.caption("Sweep exactly one of max_num_seqs, arrival rates or concurrency (a comma list): that is "
+                   "the x axis of the charts.")
         continuous["max_num_seqs"] = st.text_input("max_num_seqs", value="1,2,4,8,16", key="max_num_seqs",
                                                    help="Running-batch limit: 8, 1,2,4 or pow2:1:256")
         slots["max_num_seqs"] = st.empty()
@@ -105,7 +104,9 @@ for column, (field, label, default) in zip(length_cols, (("prompt_len", "Prompt 
         st.caption(sweep_form.length_summary(sampled))
 
 st.subheader("Latency SLO")
-slo_enabled = st.checkbox("Mark the largest batch that meets a latency SLO", value=True, key="slo_enabled")
+slo_enabled = st.checkbox("Mark the largest batch that meets a latency SLO" if mode != "continuous" else
+                          "Mark the largest setting that meets a latency SLO (and count goodput against it)",
+                          value=True, key="slo_enabled")
 metric_col, pct_col, ms_col = st.columns(3)
 slo_metric = metric_col.selectbox("Metric", sweep_form.SLO_METRICS, key="slo_metric",
                                   format_func=str.upper, disabled=not slo_enabled)

@@ -202,6 +202,24 @@ def test_memory_estimate_warns_before_launching_a_sweep_that_will_not_fit(home) 
     assert any("H200" in c for c in texts(at, "caption"))
 
 
+def test_continuous_mode_asks_for_its_own_axis_and_predicts_memory_per_max_num_seqs(home) -> None:
+    at = open_page("pages/new_sweep.py")
+    at.selectbox(key="engine").set_value("fast")
+    at.selectbox(key="mode").set_value("continuous").run()
+    no_traceback(at)
+    assert not at.get("radio") or all(r.key != "batch_mode" for r in at.radio)  # no unused batch range
+    at.selectbox(key="preset").set_value("llama-3.1-8b")
+    at.selectbox(key="dtype").set_value("bfloat16")
+    at.text_input(key="max_num_seqs").set_value("64,1024")
+    at.text_input(key="prompt_len").set_value("fixed:4000").run()
+    no_traceback(at)
+    assert "Predicted memory per max_num_seqs" in [h.value for h in at.subheader]
+    # 1 024 slots × 4 064 tokens (4 000 + 32, rounded up to 64) × 128 KiB per token ≈ 508 GiB of slot cache
+    assert any(w.startswith("Will not fit: max_num_seqs 1024") for w in texts(at, "warning")), texts(at, "warning")
+    assert not any("max_num_seqs 64 " in w for w in texts(at, "warning"))
+    assert not at.button(key="launch").disabled, texts(at, "error")
+
+
 def test_launching_a_tiny_cpu_sweep_opens_its_run_page_while_it_runs(home) -> None:
     at = open_page("pages/new_sweep.py")
     at.selectbox(key="dtype").set_value("float32")
