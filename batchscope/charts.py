@@ -23,6 +23,7 @@ PANEL_HEIGHT = 190
 GiB = 1024**3
 PERCENTILES = (50, 95, 99)
 LATENCY_METRICS = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E"}
+QUEUE_SERIES = "queue wait (in TTFT)"
 UTILISATION_COLUMNS = {
     "gpu_util_pct": "GPU util (NVML)",
     "mem_ctrl_util_pct": "memory-controller util (NVML)",
@@ -76,6 +77,8 @@ def latency_frame(table: pd.DataFrame, percentile: int = 95, run: str = "",
     """Long frame: TTFT/ITL/E2E at one percentile, plus the roofline-predicted decode step.
 
     The prediction is a decode step time, so it is comparable with ITL only; it is drawn when ITL is.
+    With TTFT, an online-serving run also gets its queue wait (arrival → admission, part of its TTFT);
+    a zero wait has no place on the log axis and is left out.
     """
     if percentile not in PERCENTILES:
         raise ValueError(f"percentile must be one of {PERCENTILES}, got {percentile}")
@@ -87,6 +90,9 @@ def latency_frame(table: pd.DataFrame, percentile: int = 95, run: str = "",
             rows.append(pd.DataFrame({"x": ok["x"],
                                       "series": f"{LATENCY_METRICS[metric]} P{percentile}",
                                       "value": ok[column]}))
+    queue = f"queue_ms_p{percentile}"
+    if "ttft" in metrics and queue in ok and ok[queue].notna().any():
+        rows.append(pd.DataFrame({"x": ok["x"], "series": f"{QUEUE_SERIES} P{percentile}", "value": ok[queue]}))
     if "itl" in metrics and "predicted_step_ms" in ok:
         rows.append(pd.DataFrame({"x": ok["x"], "series": "roofline decode step",
                                   "value": ok["predicted_step_ms"]}))

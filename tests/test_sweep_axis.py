@@ -92,6 +92,9 @@ def test_rate_sweep_charts_put_requests_per_second_on_the_shared_axis() -> None:
     assert x_encodings and {enc["title"] for enc in x_encodings if "title" in enc} == {"arrival rate (req/s, log2)"}
     assert {tuple(enc["axis"]["values"]) for enc in x_encodings if "axis" in enc} == {tuple(RATES)}
     assert {enc["axis"]["format"] for enc in x_encodings if "axis" in enc} == {"~g"}  # 0.5 must not print as 0
+    latency = charts.latency_frame(analysis.table.assign(queue_ms_p95=[0.0, 0.0, 5.0, 900.0, 8000.0]), 95)
+    assert latency[latency["series"] == "queue wait (in TTFT) P95"]["value"].tolist() == [5.0, 900.0, 8000.0]
+    assert "queue wait (in TTFT) P95" not in set(charts.latency_frame(summary_table(points=3), 95)["series"])
     throughput = charts.throughput_frame(analysis.table)
     assert throughput[throughput["series"] == "measured"]["x"].tolist() == RATES
     assert charts.memory_frame(memory_split(points))["x"].nunique() == len(RATES)
