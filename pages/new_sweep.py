@@ -11,6 +11,8 @@ from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES
 from runners.spec import DTYPES, ENGINES, MODES, SpecError
 
+DEFAULTS = sweep_form.SweepForm()  # every field starts where the form (and the runner's CLI) starts
+
 st.title("New sweep")
 st.caption("Every number is measured on the device you pick; nothing is launched until the form is valid.")
 
@@ -49,10 +51,10 @@ with batch_col:
         batch_mode = st.radio("Batch range", ["Powers of two", "Explicit list"], horizontal=True, key="batch_mode")
         if batch_mode == "Powers of two":
             lo_col, hi_col = st.columns(2)
-            batch_lo = lo_col.number_input("From", min_value=1, value=1, step=1, key="batch_lo")
-            batch_hi = hi_col.number_input("To", min_value=1, value=64, step=1, key="batch_hi")
+            batch_lo = lo_col.number_input("From", min_value=1, value=DEFAULTS.batch_lo, step=1, key="batch_lo")
+            batch_hi = hi_col.number_input("To", min_value=1, value=DEFAULTS.batch_hi, step=1, key="batch_hi")
         else:
-            batch_list = st.text_input("Batch sizes", value="1,2,4,8", key="batch_list",
+            batch_list = st.text_input("Batch sizes", value=DEFAULTS.batch_list, key="batch_list",
                                        help="Comma-separated whole numbers, e.g. 1,3,8,24")
         slots["batch_sizes"] = st.empty()
     continuous: dict = {}
@@ -60,30 +62,30 @@ with batch_col:
         st.subheader("Continuous batching")
         st.caption("Sweep exactly one of max_num_seqs, arrival rates or concurrency (a comma list): that is "
                    "the x axis of the charts.")
-        continuous["max_num_seqs"] = st.text_input("max_num_seqs", value="1,2,4,8,16", key="max_num_seqs",
+        continuous["max_num_seqs"] = st.text_input("max_num_seqs", value=DEFAULTS.max_num_seqs, key="max_num_seqs",
                                                    help="Running-batch limit: 8, 1,2,4 or pow2:1:256")
         slots["max_num_seqs"] = st.empty()
         load = st.radio("Load", ["Poisson arrivals", "Closed loop"], horizontal=True, key="load")
         continuous["load"] = "arrival" if load == "Poisson arrivals" else "concurrency"
         if continuous["load"] == "arrival":
-            continuous["arrival"] = st.text_input("Arrival rate", value="poisson:4", key="arrival",
+            continuous["arrival"] = st.text_input("Arrival rate", value=DEFAULTS.arrival, key="arrival",
                                                   help="poisson:RATE requests/s, or poisson:1,2,4 to sweep")
         else:
-            continuous["concurrency"] = st.text_input("Concurrent clients", value="8", key="concurrency",
+            continuous["concurrency"] = st.text_input("Concurrent clients", value=DEFAULTS.concurrency, key="concurrency",
                                                       help="N clients, or a list like 1,4,16 to sweep")
         slots["arrival"] = slots["concurrency"] = st.empty()
         requests_col, budget_col = st.columns(2)
         continuous["num_requests"] = int(requests_col.number_input("Requests per repeat", min_value=1,
-                                                                   value=64, key="num_requests"))
+                                                                   value=DEFAULTS.num_requests, key="num_requests"))
         slots["num_requests"] = requests_col.empty()
         continuous["max_num_batched_tokens"] = int(budget_col.number_input(
-            "Token budget per step", min_value=1, value=2048, key="max_num_batched_tokens",
+            "Token budget per step", min_value=1, value=DEFAULTS.max_num_batched_tokens, key="max_num_batched_tokens",
             help="max_num_batched_tokens: prefill chunk tokens + one per decoding sequence"))
         slots["max_num_batched_tokens"] = budget_col.empty()
     repeats_col, warmup_col, seed_col = st.columns(3)
-    repeats = repeats_col.number_input("Repeats", min_value=1, max_value=50, value=3, key="repeats")
-    warmup = warmup_col.number_input("Warm-up", min_value=0, max_value=20, value=1, key="warmup")
-    seed = seed_col.number_input("Seed", min_value=0, value=0, key="seed")
+    repeats = repeats_col.number_input("Repeats", min_value=1, max_value=50, value=DEFAULTS.repeats, key="repeats")
+    warmup = warmup_col.number_input("Warm-up", min_value=0, max_value=20, value=DEFAULTS.warmup, key="warmup")
+    seed = seed_col.number_input("Seed", min_value=0, value=DEFAULTS.seed, key="seed")
     on_oom = st.radio("After an out-of-memory point", ["stop", "continue"], horizontal=True, key="on_oom",
                       help="stop: larger batches are not tried; continue: every batch is tried.")
 
@@ -91,8 +93,8 @@ st.subheader("Request lengths")
 st.caption(f"Syntax: {SYNTAX}")
 length_cols = st.columns(2)
 lengths: dict[str, str] = {}
-for column, (field, label, default) in zip(length_cols, (("prompt_len", "Prompt length", "fixed:128"),
-                                                         ("output_len", "Output length", "fixed:32"))):
+for column, (field, label, default) in zip(length_cols, (("prompt_len", "Prompt length", DEFAULTS.prompt_len),
+                                                         ("output_len", "Output length", DEFAULTS.output_len))):
     with column:
         lengths[field] = st.text_input(label, value=default, key=field)
         slots[field] = st.empty()
@@ -112,7 +114,7 @@ slo_metric = metric_col.selectbox("Metric", sweep_form.SLO_METRICS, key="slo_met
                                   format_func=str.upper, disabled=not slo_enabled)
 slo_percentile = pct_col.selectbox("Percentile", sweep_form.SLO_PERCENTILES, index=1, key="slo_percentile",
                                    format_func=lambda p: f"P{p}", disabled=not slo_enabled)
-slo_ms = ms_col.number_input("Limit (ms)", min_value=0.0, value=500.0, step=10.0, key="slo_ms",
+slo_ms = ms_col.number_input("Limit (ms)", min_value=0.0, value=DEFAULTS.slo_ms, step=10.0, key="slo_ms",
                              disabled=not slo_enabled)
 slots["slo"] = st.empty()
 

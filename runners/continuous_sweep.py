@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from runners import cancel
 from runners.continuous_metrics import ContinuousRepeat, summarise
 from runners.continuous_spec import ContinuousPoint, longest_request
 from runners.engines.continuous import ContinuousEngine
@@ -39,9 +38,10 @@ def run_point(sweep, index: int, point: ContinuousPoint, loaded: LoadedModel, en
     served = ContinuousEngine(engine.decoder, device, graphs=engine.graphs)
     repeats: list[ContinuousRepeat] = []
     windows: list[tuple[int, float, float, float]] = []
-    summary: dict[str, Any] = {}
     setup_s = 0.0
-    try:
+
+    def measure() -> dict[str, Any]:
+        nonlocal setup_s
         sweep._stage(index, size, "setup")
         setup_s = served.setup(point.max_num_seqs, longest_request(spec))
         capacity = spec.kv_cache_tokens or served.slots * served.max_len
@@ -54,21 +54,13 @@ def run_point(sweep, index: int, point: ContinuousPoint, loaded: LoadedModel, en
                 repeats.append(ContinuousRepeat(index, repeat, point, result, spec.slo_metric, spec.slo_ms))
                 # steps mix prefill and decode, so a measured repeat's samples are all tagged decode
                 windows.append((repeat, host_start, host_start, host_start + result.steps[-1].end_s))
-        summary = summarise(index, point, repeats, spec.warmup, capacity, spec.slo_metric, spec.slo_ms,
-                            "perf_counter")
-        summary.update(_memory(sweep, loaded, served, repeats, rss_before))
-    except (torch.OutOfMemoryError, MemoryError) as err:
-        summary = sweep._failed(index, size, "oom", err)
-    except cancel.Cancelled:
-        sweep.sampler.drain()
-        raise
-    except RuntimeError as err:
-        summary = sweep._failed(index, size, "oom" if "out of memory" in str(err).lower() else "error", err)
-    finally:
-        if summary.get("status") != "ok":
-            repeats = []
-        served.release()
-        sweep._free()
+        return {**summarise(index, point, repeats, spec.warmup, capacity, spec.slo_metric, spec.slo_ms,
+                            "perf_counter"),
+                **_memory(sweep, loaded, served, repeats, rss_before)}
+
+    summary = sweep._measure_point(index, size, measure, served.release)
+    if summary["status"] != "ok":
+        repeats = []
     summary["setup_ms"] = setup_s * 1000.0
     summary.update(sweep_axis=point.axis, sweep_value=point.value, max_num_seqs=point.max_num_seqs,
                    arrival_rate=point.arrival_rate, concurrency=point.concurrency)

@@ -5,6 +5,7 @@ import gc
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +119,10 @@ class Sweep:
         rss_before = rss_bytes()
         results: list[RepeatResult] = []
         windows: list[tuple[int, float, float, float]] = []
-        summary: dict[str, Any] = {}
         setup_s = 0.0
-        try:
+
+        def measure() -> dict[str, Any]:
+            nonlocal setup_s
             self._stage(index, batch_size, "setup")
             setup_s = engine.setup(batch_size, max(max(b.prompt_lens) for b in batches.values()),
                                    max(max(b.output_lens) for b in batches.values()))
@@ -132,20 +134,12 @@ class Sweep:
                     results.append(repeat_result(index, repeat, batch, gen))
                     windows.append((repeat, host_start, host_start + gen.token_ms[0] / 1000,
                                     host_start + gen.token_ms[-1] / 1000))
-            summary = summarise(index, batch_size, results, spec.warmup)
-            summary.update(self._memory(loaded, results, rss_before))
-        except OOM_ERRORS as err:
-            summary = self._failed(index, batch_size, "oom", err)
-        except cancel.Cancelled:
-            self.sampler.drain()
-            raise
-        except RuntimeError as err:  # compilers wrap an OOM in their own errors: classify by the text
-            summary = self._failed(index, batch_size, "oom" if "out of memory" in str(err).lower() else "error", err)
-        finally:
-            if summary.get("status") != "ok":
-                results = []
-            engine.release()
-            self._free()
+            return {**summarise(index, batch_size, results, spec.warmup),
+                    **self._memory(loaded, results, rss_before)}
+
+        summary = self._measure_point(index, batch_size, measure, engine.release)
+        if summary["status"] != "ok":
+            results = []
         summary.update(setup_ms=setup_s * 1000.0, tensor_parallel=spec.tensor_parallel, replicas=spec.replicas)
         done = f" {summary['output_tokens_per_s']:.1f} out tok/s" if summary["status"] == "ok" else ""
         return self._write_point(index, summary, results, windows, f"batch {batch_size}", done)
@@ -166,6 +160,23 @@ class Sweep:
         self.folder.log(f"point {index} {what}: {summary['status']}"
                         + (done if summary["status"] == "ok" else f" {summary['error']}"))
         return summary
+
+    def _measure_point(self, index: int, batch_size: int, measure: Callable[[], dict[str, Any]],
+                       release: Callable[[], None]) -> dict[str, Any]:
+        """`measure()`'s summary; an OOM or error becomes the point's status instead, a cancel goes on up,
+        and the engine's buffers are released whatever happened (static and continuous points alike)."""
+        try:
+            return measure()
+        except OOM_ERRORS as err:
+            return self._failed(index, batch_size, "oom", err)
+        except cancel.Cancelled:
+            self.sampler.drain()
+            raise
+        except RuntimeError as err:  # compilers wrap an OOM in their own errors: classify by the text
+            return self._failed(index, batch_size, "oom" if "out of memory" in str(err).lower() else "error", err)
+        finally:
+            release()
+            self._free()
 
     def _failed(self, index: int, batch_size: int, status: str, err: BaseException) -> dict[str, Any]:
         text = str(err).splitlines()[0] if str(err) else type(err).__name__

@@ -5,15 +5,14 @@ import json
 import shutil
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
+from tests.db_helpers import dump_tables
 
-TABLES = ("runs", "points", "repeats", "requests", "steps", "samples", "calibrations")
 
 
 def _write_json(path: Path, value: dict) -> None:
@@ -74,13 +73,6 @@ def make_run_folder(root: Path, run_id: str = "20261129-071500-tiny-3fa2c1", bat
     return folder
 
 
-def _dump(store_path: Path) -> dict[str, list[tuple]]:
-    con = duckdb.connect(str(store_path), read_only=True)
-    try:
-        return {table: sorted(con.execute(f"SELECT * FROM {table}").fetchall(), key=repr) for table in TABLES}
-    finally:
-        con.close()
-
 
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
@@ -101,12 +93,12 @@ def test_ingest_stores_everything_once(tmp_path: Path, store_path: Path) -> None
         assert len(store.samples(folder.name)) == 6
         assert list(store.repeats([folder.name])["output_tokens_per_s"]) == [100.0, 200.0, 400.0]
         assert store.calibration("AMD EPYC|-|float32")["copy_bytes_per_s"] == 1.0e10
-    before = _dump(store_path)
+    before = dump_tables(store_path)
 
     with Store(store_path) as store:
         again = ingest_run(store, folder)
     assert (again.points_added, again.warnings) == (0, [])
-    assert _dump(store_path) == before
+    assert dump_tables(store_path) == before
 
 
 def test_point_is_ingested_once_its_summary_exists(tmp_path: Path, store_path: Path) -> None:

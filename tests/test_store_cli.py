@@ -11,22 +11,15 @@ import duckdb
 import pytest
 
 from batchscope.cli import main
+from tests.db_helpers import dump_tables
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = ("runs", "points", "repeats", "requests", "steps", "samples", "calibrations")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "batchscope", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
 
-
-def _dump(db: Path) -> dict[str, list[tuple]]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return {table: sorted(con.execute(f"SELECT * FROM {table}").fetchall(), key=repr) for table in TABLES}
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +40,13 @@ def test_import_twice_changes_nothing_and_runs_lists_it(runner_folder: Path, tmp
     first = _cli("import", str(runner_folder), "--db", str(db))
     assert first.returncode == 0, first.stderr
     assert first.stdout == f"{runner_folder.name}: 2 new point(s), state done\n"
-    before = _dump(db)
+    before = dump_tables(db)
     assert len(before["points"]) == 2 and len(before["requests"]) == 1 + 2
 
     second = _cli("import", str(runner_folder), "--db", str(db))
     assert (second.returncode, second.stdout, second.stderr) == (
         0, f"{runner_folder.name}: 0 new point(s), state done\n", "")
-    assert _dump(db) == before
+    assert dump_tables(db) == before
 
     listed = _cli("runs", "--db", str(db), "--format", "json")
     assert listed.returncode == 0, listed.stderr

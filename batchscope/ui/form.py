@@ -14,7 +14,7 @@ from batchscope.analysis.memory import predict_memory_for_spec
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.slo import SLO
 from runners import distributions
-from runners.spec import SpecError, parse_batch_sizes, problems, validate
+from runners.spec import SpecError, SweepSpec, parse_batch_sizes, problems, validate
 
 SLO_METRICS = ("ttft", "itl", "e2e")
 SLO_PERCENTILES = (50, 95, 99)
@@ -23,6 +23,7 @@ GiB = 1024**3
 ESTIMATE_FIELDS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
                    "seed", "max_num_seqs", "arrival", "concurrency", "num_requests")
 PREVIEW_SAMPLES = 2000
+_CLI = SweepSpec(model="tiny")  # the runner's own defaults, so the form and the CLI start alike
 
 
 @dataclass
@@ -30,20 +31,20 @@ class SweepForm:
     """Every value the New sweep page collects, as plain Python (the widgets' state)."""
 
     model: str = "tiny"
-    dtype: str = "bfloat16"
-    engine: str = "hf-generate"
-    mode: str = "static"
-    device: str = "auto"
+    dtype: str = _CLI.dtype
+    engine: str = _CLI.engine
+    mode: str = _CLI.mode
+    device: str = _CLI.device
     batch_mode: str = "pow2"  # "pow2" or "list"
     batch_lo: int = 1
     batch_hi: int = 64
     batch_list: str = "1,2,4,8"
-    prompt_len: str = "fixed:128"
-    output_len: str = "fixed:32"
-    repeats: int = 3
-    warmup: int = 1
-    seed: int = 0
-    on_oom: str = "stop"
+    prompt_len: str = _CLI.prompt_len
+    output_len: str = _CLI.output_len
+    repeats: int = _CLI.repeats
+    warmup: int = _CLI.warmup
+    seed: int = _CLI.seed
+    on_oom: str = _CLI.on_oom
     name: str = ""
     slo_enabled: bool = False
     slo_metric: str = "ttft"
