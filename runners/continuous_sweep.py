@@ -43,7 +43,7 @@ def run_point(sweep, index: int, point: ContinuousPoint, loaded: LoadedModel, en
     def measure() -> dict[str, Any]:
         nonlocal setup_s
         sweep._stage(index, size, "setup")
-        setup_s = served.setup(point.max_num_seqs, longest_request(spec))
+        setup_s = served.setup(point.max_num_seqs, longest_request(spec), spec.max_num_batched_tokens)
         capacity = spec.kv_cache_tokens or served.slots * served.max_len
         for repeat, (prompts, outputs) in work.items():
             sweep._stage(index, size, "warmup" if repeat < 0 else "measure", max(repeat, 0))

@@ -147,6 +147,24 @@ def test_gpu_bf16_logits_match_hf_and_graph_replays_like_eager() -> None:
 
 
 @pytest.mark.gpu
+def test_gpu_batch_of_one_replays_its_prefill_graph_like_the_packed_forward() -> None:
+    loaded = small_model("qwen2", torch.bfloat16, "cuda", std=0.02, **GPU_SHAPE)
+    graphed = FastEngine(loaded)
+    graphed.setup(1, 300, 8)
+    assert graphed.lone is not None and graphed.lone.sizes[-1] == 320
+    eager = FastEngine(loaded, compile=False, graphs=False)
+    for length, seed in ((5, 1), (64, 2), (65, 3), (300, 4)):  # bucket edges, and padding
+        batch = random_batch(4096, [length], [8], seed=seed)
+        want = eager.generate(batch)
+        got = graphed.generate(batch)
+        assert got.tokens[0][0] == want.tokens[0][0]  # the prefill's own token
+        assert sum(a == b for a, b in zip(got.tokens[0], want.tokens[0])) >= 6
+    replayed = graphed.lone.run(0, batch.prompt_ids[0]).float()
+    packed = eager.decoder.prefill(eager._pack(batch.prompt_ids, 300), eager.state).float()
+    assert float((replayed - packed).norm() / packed.norm()) < 1e-2
+
+
+@pytest.mark.gpu
 def test_gpu_ragged_flash_attention_equals_the_masked_reference() -> None:
     """Chunks of different lengths, a continuation (more keys than queries) and grouped KV heads."""
     torch.manual_seed(0)

@@ -48,3 +48,13 @@ def test_attention_equals_causal_attention_over_whole_sequences_and_continuation
     got = ragged.attention(q, k, v, batch)
     assert torch.allclose(got[:length], want, atol=1e-5)
     assert torch.allclose(got[length:], want[-4:], atol=1e-5)
+
+
+def test_lone_prompt_buckets_are_four_per_octave_and_end_at_the_first_that_holds_the_limit() -> None:
+    from runners.engines.lone_prefill import buckets
+
+    assert buckets(1) == [64] and buckets(64) == [64]
+    assert buckets(65) == [64, 80]
+    assert buckets(600) == [64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640]
+    sizes = buckets(8192)
+    assert sizes[-1] == 8192 and all(b / a <= 1.25 for a, b in zip(sizes, sizes[1:]))

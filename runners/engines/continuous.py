@@ -23,6 +23,7 @@ import torch
 from runners import cancel
 from runners.engines.fast import capture, warm_decode
 from runners.engines.fast_model import DecodeState, FastDecoder
+from runners.engines.lone_prefill import LonePrefill
 from runners.engines.ragged import Chunk, pack
 from runners.kv_layout import cache_len
 from runners.scheduler import Arrivals, Request, Scheduler
@@ -69,16 +70,23 @@ class ContinuousEngine:
         self.state: DecodeState | None = None
         self.views: dict[int, DecodeState] = {}
         self.captured: dict[int, torch.cuda.CUDAGraph] = {}
+        self.lone: LonePrefill | None = None  # on a GPU: a step's only prefill, a whole prompt, as a graph
 
-    def setup(self, max_num_seqs: int, max_seq_len: int) -> float:
-        """Allocate the slot cache, compile/warm every bucket and capture it; returns seconds."""
+    def setup(self, max_num_seqs: int, max_seq_len: int, token_budget: int | None = None) -> float:
+        """Allocate the slot cache, compile and warm every shape a step can take (each decode bucket
+        captured, a lone prompt's prefill per length bucket captured, a packed prefill of the whole
+        token budget run once so the allocator holds its largest blocks); returns seconds."""
         self.release()
         max_len = cache_len(max_seq_len)
         t0 = time.perf_counter()
         self.state = self.decoder.new_state(max_num_seqs, max_len, 1)
         self.state.active.zero_()
         self.views = {b: self.state.prefix(b) for b in buckets(max_num_seqs)}
-        self._warm_prefill(max_num_seqs, max_len)
+        self._warm_prefill(max_num_seqs, max_len, token_budget)
+        if self.graphs:
+            self.lone = LonePrefill(self.decoder, self.state, max_seq_len)
+        for buf in (self.state.pos, self.state.active):
+            buf.zero_()
         if self.decoder.compiled or self.graphs:
             warm_decode(self.decoder, list(self.views.values()), self.device)
         if self.graphs:
@@ -86,16 +94,18 @@ class ContinuousEngine:
         self._sync()
         return time.perf_counter() - t0
 
-    def _warm_prefill(self, slots: int, max_len: int) -> None:
+    def _warm_prefill(self, slots: int, max_len: int, token_budget: int | None) -> None:
         """Packed prefills of one short and several chunks (a continuation among them) compile the
-        prefill's pieces for any token count outside every measured step; then the slots are reset."""
+        prefill's pieces for any token count; one of the whole budget (or every slot full) sizes the
+        allocator's blocks. All outside every measured step."""
         n = min(8, max_len // 2)
         chunks = [Chunk(0, 0, [1] * n), Chunk(0, n, [1] * n, emit=n - 1)]
         chunks += [Chunk(slot, 0, [1] * n, emit=n - 1) for slot in range(1, min(slots, 4))]
-        for batch in (chunks[:1], chunks):
+        budget = min(token_budget or slots * max_len, slots * max_len)
+        full = [Chunk(slot, 0, [1] * min(max_len, budget - slot * max_len), emit=0)
+                for slot in range(-(-budget // max_len))]
+        for batch in (chunks[:1], chunks, full):
             self.decoder.prefill(pack(batch, self.device), self.state)
-        for buf in (self.state.pos, self.state.active):
-            buf.zero_()
 
     @property
     def kv_bytes(self) -> int:
@@ -110,7 +120,7 @@ class ContinuousEngine:
         return self.state.key_idx.numel()
 
     def release(self) -> None:
-        self.state, self.views, self.captured = None, {}, {}
+        self.state, self.views, self.captured, self.lone = None, {}, {}, None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -174,10 +184,15 @@ class ContinuousEngine:
 
     def _prefill(self, prompts: list[list[int]], prefills: list[tuple[Request, int, int]]
                  ) -> tuple[list[int], torch.Tensor] | None:
-        """Every chunk of the step in one packed forward; a prompt's last chunk arms its slot for
-        decoding. Returns the emitting requests' indices and their logits (read only when recorded)."""
+        """Every chunk of the step in one packed forward (a step's only prefill, a whole prompt, as its
+        captured graph); a prompt's last chunk arms its slot for decoding. Returns the emitting
+        requests' indices and their logits (read only when recorded)."""
         if not prefills:
             return None
+        if self.lone is not None and len(prefills) == 1:
+            r, pos, n = prefills[0]
+            if pos == 0 and n == r.prompt_len:
+                return [r.index], self.lone.run(r.slot, prompts[r.index])
         chunks = [Chunk(r.slot, pos, prompts[r.index][pos:pos + n], emit=n - 1 if pos + n == r.prompt_len else None)
                   for r, pos, n in prefills]
         logits = self.decoder.prefill(pack(chunks, self.device), self.state)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 
 import torch
 import transformers
@@ -16,6 +17,7 @@ from runners import cancel
 from runners.engines.base import Batch, Generation
 from runners.engines.fast_model import DecodeState, FastDecoder
 from runners.engines.fast_quant import decoder_weight_bytes, quantize_with_guard
+from runners.engines.lone_prefill import LonePrefill
 from runners.engines.ragged import Chunk, PackedPrefill, pack
 from runners.models import LoadedModel
 from runners.kv_layout import cache_len
@@ -45,6 +47,7 @@ class FastEngine:
             self.decoder.enable_compile()
         self.state: DecodeState | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.lone: LonePrefill | None = None  # batch 1 on a GPU: its prefill as a graph per length
         self.shape: tuple[int, int, int] | None = None
         self.last_setup: dict[str, float] = {}
 
@@ -66,6 +69,9 @@ class FastEngine:
         warm_s = 0.0
         if self.decoder.compiled:
             self._warm_prefill(batch_size, max_prompt_len)
+        if self.graphs and batch_size == 1:
+            self.lone = LonePrefill(self.decoder, self.state, max_prompt_len)
+            self.state.pos.zero_()
         if self.decoder.compiled or self.graphs:
             t_warm = time.perf_counter()
             warm_decode(self.decoder, [self.state], self.device)
@@ -85,7 +91,7 @@ class FastEngine:
         self.state.pos.zero_()
 
     def release(self) -> None:
-        self.state = self.graph = self.shape = None
+        self.state = self.graph = self.shape = self.lone = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -100,10 +106,14 @@ class FastEngine:
         if not self.fits(batch):
             self.setup(B, P, N)
         self.state.step.fill_(1)
-        packed = self._pack(batch.prompt_ids, P)
+        if self.lone is not None:
+            prefill = lambda: self.lone.run(0, batch.prompt_ids[0])
+        else:
+            packed = self._pack(batch.prompt_ids, P)
+            prefill = lambda: self.decoder.prefill(packed, self.state)
         if self.device.type == "cuda":
-            return self._generate_cuda(packed, N)
-        return self._generate_eager(packed, N)
+            return self._generate_cuda(prefill, N)
+        return self._generate_eager(prefill, N)
 
     def _pack(self, prompts: list[list[int]], padded_len: int) -> PackedPrefill:
         """A static batch as packed chunks: row b in slot b, right-padded to the longest prompt (the
@@ -111,11 +121,11 @@ class FastEngine:
         return pack([Chunk(row, 0, p + [PAD_ID] * (padded_len - len(p)), emit=len(p) - 1)
                      for row, p in enumerate(prompts)], self.device, PAD_ID)
 
-    def _generate_cuda(self, packed: PackedPrefill, n: int) -> Generation:
+    def _generate_cuda(self, prefill: Callable[[], torch.Tensor], n: int) -> Generation:
         self._sync()
         events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
         events[0].record()
-        self.decoder.prefill(packed, self.state)
+        prefill()
         events[1].record()
         for k in range(2, n + 1):
             cancel.check()  # a host flag: no device sync
@@ -128,9 +138,9 @@ class FastEngine:
         token_ms = [events[0].elapsed_time(e) for e in events[1:]]
         return self._result(token_ms, n, "cuda_events")
 
-    def _generate_eager(self, packed: PackedPrefill, n: int) -> Generation:
+    def _generate_eager(self, prefill: Callable[[], torch.Tensor], n: int) -> Generation:
         t0 = time.perf_counter()
-        self.decoder.prefill(packed, self.state)
+        prefill()
         token_ms = [(time.perf_counter() - t0) * 1e3]
         for _ in range(1, n):
             cancel.check()
