@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import duckdb
 
-from batchscope.runfolder import utc_now
+from runners.contract import utc_now
 
 _SUMMARY_COLUMNS = """
     point_index INTEGER NOT NULL, batch_size INTEGER, status VARCHAR, error VARCHAR,

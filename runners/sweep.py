@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from runners import cancel, continuous_spec, devices, fingerprint, memory, models, parallel
+from runners import cancel, continuous_spec, contract, devices, fingerprint, memory, models, parallel
 from runners.calibrate import CalibrationError, calibrate
 from runners.engines import make_engine
 from runners.engines.base import Batch, Engine
@@ -19,7 +19,7 @@ from runners.engines.group import GroupEngine, local_engine
 from runners.metrics import RepeatResult, summarise
 from runners.progress import Progress
 from runners.replicas import repeat_result
-from runners.runfolder import RunFolder, utc_now, write_json
+from runners.runfolder import RunWriter
 from runners.schemas import SUMMARY, UTIL_MEANS
 from runners.spec import SweepSpec
 from runners.telemetry import Sampler, rss_bytes
@@ -30,7 +30,7 @@ OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
 class Sweep:
     def __init__(self, spec: SweepSpec, out: Path, device: torch.device) -> None:
         self.spec, self.device = spec, device
-        self.folder = RunFolder(out, points_total=continuous_spec.point_count(spec))
+        self.folder = RunWriter(out, points_total=continuous_spec.point_count(spec))
         self.t0 = time.perf_counter()
         self.progress = Progress(continuous_spec.point_count(spec), self.t0)
         self.sampler = Sampler(device, spec.telemetry_hz, self.t0, gpus=parallel.world_size(spec)).start()
@@ -87,13 +87,13 @@ class Sweep:
 
     def _write_run_files(self, loaded: models.LoadedModel, engine: Engine) -> None:
         env = fingerprint.collect(self.device, engine.version(), self.spec.tensor_parallel, self.spec.replicas)
-        write_json(self.folder.root / "env.json", env)
-        write_json(self.folder.root / "model.json", json.loads(loaded.info.to_json()))
+        self.folder.write_json(contract.ENV, env)
+        self.folder.write_json(contract.MODEL, json.loads(loaded.info.to_json()))
         if self.spec.calibrate:
             self._stage(-1, None, "calibrate")
             try:
                 matmul_dtype = torch.float8_e4m3fn if self.spec.dtype == "fp8-dynamic" else loaded.dtype
-                write_json(self.folder.root / "calibration.json", calibrate(self.device, matmul_dtype))
+                self.folder.write_json(contract.CALIBRATION, calibrate(self.device, matmul_dtype))
             except CalibrationError as err:  # the roofline is then drawn from a stored calibration or not at all
                 self.folder.log(f"calibration skipped: {err}")
         self.folder.log(f"model {loaded.info.name}: {loaded.info.params:,} params on {self.device}, "
@@ -280,5 +280,5 @@ def run_sweep(spec: SweepSpec, out: Path) -> str:
     devices.check_dtype(device, spec.dtype)
     devices.check_ranks(device, parallel.world_size(spec), "tensor_parallel" if spec.tensor_parallel > 1 else "replicas")
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "spec.json", {**spec.to_dict(), "run_id": out.name, "created_at": utc_now()})
+    contract.write_json(out / contract.SPEC, {**spec.to_dict(), "run_id": out.name, "created_at": contract.timestamp()})
     return Sweep(spec, out, device).run()
