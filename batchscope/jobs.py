@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from runners import spec as runner_spec
-from runners.continuous_spec import point_count
+from runners.spec import point_count
 from runners.contract import SPEC, STATUS, TERMINAL_STATES, new_status, parse_utc, timestamp, utc_now, write_json
 
 from batchscope import config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from runners.continuous_spec import ContinuousPoint
+from runners.spec.continuous import ContinuousPoint
 from runners.engines.continuous import RunResult
 from runners.metrics import percentile, repeat_rates
 from runners.schemas import PERCENTILES

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from runners.continuous_metrics import ContinuousRepeat, summarise
-from runners.continuous_spec import ContinuousPoint, longest_request
+from runners.spec.continuous import ContinuousPoint, longest_request
 from runners.engines.continuous import ContinuousEngine
 from runners.models import LoadedModel
 from runners.telemetry import rss_bytes

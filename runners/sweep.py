@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from runners import cancel, continuous_spec, contract, devices, fingerprint, memory, models, parallel
+from runners import cancel, contract, devices, fingerprint, memory, models, parallel
 from runners.calibrate import CalibrationError, calibrate
 from runners.engines import make_engine
 from runners.engines.base import Batch, Engine
@@ -21,7 +21,9 @@ from runners.progress import Progress
 from runners.replicas import repeat_result
 from runners.runfolder import RunWriter
 from runners.schemas import SUMMARY, UTIL_MEANS
-from runners.spec import SweepSpec
+from runners.spec import SweepSpec, point_count
+from runners.spec.continuous import points as continuous_points
+from runners.spec.parallel import world_size
 from runners.telemetry import Sampler, rss_bytes
 
 OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
@@ -30,24 +32,24 @@ OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
 class Sweep:
     def __init__(self, spec: SweepSpec, out: Path, device: torch.device) -> None:
         self.spec, self.device = spec, device
-        self.folder = RunWriter(out, points_total=continuous_spec.point_count(spec))
+        self.folder = RunWriter(out, points_total=point_count(spec))
         self.t0 = time.perf_counter()
-        self.progress = Progress(continuous_spec.point_count(spec), self.t0)
-        self.sampler = Sampler(device, spec.telemetry_hz, self.t0, gpus=parallel.world_size(spec)).start()
+        self.progress = Progress(point_count(spec), self.t0)
+        self.sampler = Sampler(device, spec.telemetry_hz, self.t0, gpus=world_size(spec)).start()
 
     def run(self) -> str:
         """Returns the final state; every finished point is on disk whatever happens after it."""
         team = None
         try:
             self._stage(-1, None, "load")
-            if parallel.world_size(self.spec) > 1:  # followers load their copy while rank 0 loads its own
+            if world_size(self.spec) > 1:  # followers load their copy while rank 0 loads its own
                 team = parallel.Team(self.spec, self.device)
             loaded = models.load(self.spec.model, self.spec.dtype, self.device, self.spec.seed)
             engine = (make_engine(self.spec.engine, loaded) if team is None else
                       GroupEngine(local_engine(self.spec, loaded, team.group), team.group, self.spec.tensor_parallel > 1))
             self._write_run_files(loaded, engine)
             continuous = self.spec.mode == "continuous"
-            points = continuous_spec.points(self.spec) if continuous else self.spec.batch_sizes
+            points = continuous_points(self.spec) if continuous else self.spec.batch_sizes
             for index, point in enumerate(points):
                 if continuous:
                     from runners.continuous_sweep import run_point
@@ -278,7 +280,7 @@ def run_sweep(spec: SweepSpec, out: Path) -> str:
     """Validate device + dtype (SpecError before anything is written), then run and return the state."""
     device = devices.resolve(spec.device)
     devices.check_dtype(device, spec.dtype)
-    devices.check_ranks(device, parallel.world_size(spec), "tensor_parallel" if spec.tensor_parallel > 1 else "replicas")
+    devices.check_ranks(device, world_size(spec), "tensor_parallel" if spec.tensor_parallel > 1 else "replicas")
     out.mkdir(parents=True, exist_ok=True)
     contract.write_json(out / contract.SPEC, {**spec.to_dict(), "run_id": out.name, "created_at": contract.timestamp()})
     return Sweep(spec, out, device).run()
