@@ -42,11 +42,13 @@ def static_repeat(point_index: int, repeat: int, batch: Batch, gen: Generation) 
         requests.append(request_row(base, i, p, o, 0.0, t[0], t[o - 1], gaps))
     step = {"point_index": point_index, "repeat": repeat, "batch_rows": batch.size}
     steps = [{**step, "step_index": 0, "phase": "prefill", "start_ms": 0.0, "duration_ms": t[0],
-              "active_seqs": batch.size, "active_tokens": sum(batch.prompt_lens)}]
+              "active_seqs": batch.size, "active_tokens": sum(batch.prompt_lens),
+              "prefill_tokens": batch.size * max(batch.prompt_lens), "decode_tokens": 0}]
     for k, duration in enumerate(step_ms, start=1):
         active = [p for p, o in zip(batch.prompt_lens, batch.output_lens) if o > k]
         steps.append({**step, "step_index": k, "phase": "decode", "start_ms": t[k - 1], "duration_ms": duration,
-                      "active_seqs": len(active), "active_tokens": sum(p + k for p in active)})
+                      "active_seqs": len(active), "active_tokens": sum(p + k for p in active),
+                      "prefill_tokens": 0, "decode_tokens": len(active)})
     row = repeat_row(base, t[-1], t[0], t[-1] - t[0], sum(batch.output_lens), sum(batch.prompt_lens), batch.size)
     return StaticRepeat(requests, steps, row, itl, batch, gen, padding_waste(batch))
 

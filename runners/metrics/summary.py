@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from runners.metrics.outliers import outlier_steps
 from runners.metrics.repeat import Repeat, Row
 from runners.metrics.stats import percentile
 from runners.schemas import PERCENTILES, SUMMARY
@@ -50,7 +51,7 @@ def failed(point_index: int, batch_size: int, status: str, err: BaseException, w
 
 def base(point_index: int, batch_size: int, repeats: Sequence[Repeat], warmup: int, timing: str) -> Summary:
     """The columns every mode computes alike: request lengths, decode-step time, rates over repeats,
-    and TTFT/ITL/E2E percentiles over every request."""
+    TTFT/ITL/E2E percentiles over every request, and outlier steps."""
     requests = [r for rep in repeats for r in rep.requests]
     steps = [s for rep in repeats for s in rep.steps]
     step_ms = [s["duration_ms"] for s in steps if s["phase"] == "decode"]
@@ -59,7 +60,7 @@ def base(point_index: int, batch_size: int, repeats: Sequence[Repeat], warmup: i
         warmup=warmup, prompt_len_mean=statistics.fmean(r["prompt_len"] for r in requests),
         output_len_mean=statistics.fmean(r["output_len"] for r in requests),
         decode_step_ms=percentile(step_ms, 50), decode_step_ms_p95=percentile(step_ms, 95),
-        timing=timing, **_rates([rep.row for rep in repeats]))
+        timing=timing, outlier_steps=outlier_steps(steps), **_rates([rep.row for rep in repeats]))
     itl = [x for rep in repeats for x in rep.itl]
     for p in PERCENTILES:
         summary.update(**{f"ttft_ms_p{p}": percentile([r["ttft_ms"] for r in requests], p),
