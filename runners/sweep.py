@@ -24,10 +24,11 @@ from runners.telemetry import Sampler
 class Sweep:
     def __init__(self, spec: SweepSpec, out: Path, device: torch.device) -> None:
         self.spec, self.device = spec, device
-        self.folder = RunWriter(out, points_total=point_count(spec))
+        total = point_count(spec)
+        self.folder = RunWriter(out, points_total=total)
         self.t0 = time.perf_counter()
         self.sampler = Sampler(device, spec.telemetry_hz, self.t0, gpus=world_size(spec)).start()
-        self.progress = Progress(point_count(spec), self.t0)
+        self.progress = Progress(total, self.t0)
         self.stage = Stages(self.folder, self.sampler, self.progress, spec.repeats)
 
     def run(self) -> str:

@@ -1,17 +1,15 @@
-"""How a point that fails becomes a result: PointContext.measure, shared by every mode; and how an OOM
-stops a sweep, named along its own axis."""
+"""How a point that fails becomes a result: PointContext.measure, shared by every mode."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from runners import cancel, models, sweep as sweep_module
+from runners import cancel, models
 from runners.metrics.summary import Summary
 from runners.modes.context import PointContext
-from runners.spec import SweepSpec, validate
+from runners.spec import SweepSpec
 from runners.sweep import Sweep
 
 
@@ -63,31 +61,3 @@ def test_a_cancel_goes_on_up_after_releasing(ctx: PointContext) -> None:
     with pytest.raises(cancel.Cancelled):
         ctx.measure(0, 1, measure, lambda: released.append("released"))
     assert released == ["released"]
-
-
-class OomAtSecondPoint:
-    """A mode whose second point runs out of memory."""
-
-    def __init__(self) -> None:
-        self.ran: list[str] = []
-
-    def run_point(self, ctx: PointContext, index: int, point) -> Summary:
-        self.ran.append(point.label)
-        return Summary(point_index=index, batch_size=point.batch_size, status="oom" if index == 1 else "ok")
-
-
-@pytest.mark.parametrize("raw, ran, note", [
-    ({"batch_sizes": "1,2,4"}, ["batch 1", "batch 2"], "stopped after OOM at batch 2; larger batches not run"),
-    ({"mode": "continuous", "engine": "fast", "concurrency": 4, "max_num_seqs": "1,2,4"},
-     ["max_num_seqs 1", "max_num_seqs 2"], "stopped after OOM at max_num_seqs 2; larger values not run"),
-    ({"mode": "continuous", "engine": "fast", "arrival": "poisson:1,2,4"},
-     ["arrival_rate 1", "arrival_rate 2"], "stopped after OOM at arrival_rate 2; larger values not run"),
-])
-def test_an_oom_stops_the_sweep_and_names_its_axis(tmp_path: Path, monkeypatch, raw: dict, ran: list[str],
-                                                   note: str) -> None:
-    mode = OomAtSecondPoint()
-    spec = validate({"model": "tiny", "dtype": "float32", "device": "cpu", "calibrate": False, **raw})
-    monkeypatch.setitem(sweep_module.MODES, spec.mode, mode)
-    assert Sweep(spec, tmp_path / "run", torch.device("cpu")).run() == "done"
-    status = json.loads((tmp_path / "run" / "status.json").read_text())
-    assert mode.ran == ran and status["stopped_early"] == note and status["points_done"] == 2

@@ -74,6 +74,8 @@ class Stages:
 
 @dataclass
 class PointContext:
+    """One sweep's instruments, handed to every point of it."""
+
     spec: SweepSpec
     device: torch.device
     info: ModelInfo  # the model's facts as model.json states them (the engine's included)
