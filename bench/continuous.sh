@@ -1,31 +1,38 @@
 #!/usr/bin/env bash
-# The H200 measurements of issue 8's bar: for a preset (bfloat16, fast engine) a static batch-size
-# sweep, a continuous max_num_seqs sweep at a fixed arrival rate, and a continuous rate sweep at a
-# fixed max_num_seqs, all on the same workload; then a markdown table for docs/benchmarks.md.
-# Each part fits a 10-minute device command on an H200; `all` runs both models and every part.
-# Usage: bench/continuous.sh MODEL|all [static|seqs|rate|all] [OUT_DIR]
+# The H200 tables of issue 13 (continuous batching) for one preset, bfloat16, fast engine, chat
+# workload (prompt lognormal:512:0.6, output lognormal:256:0.5): a static batch-size sweep, a
+# continuous concurrency sweep (closed loop: saturation), a max_num_seqs sweep at a fixed arrival
+# rate and a rate sweep at a fixed max_num_seqs; then a markdown table for docs/benchmarks.md.
+# Setup warms and captures every shape, so no warm-up repeat is run (the outlier-step count of each
+# point shows whether anything was missed). A part already measured is kept: a cut-off device call
+# resumes where it stopped.
+# Usage: bench/continuous.sh MODEL PART... [OUT_DIR=...]   PART: static conc-low conc-high seqs rate
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${1:?give a preset (llama-3.2-1b, llama-3.1-8b) or all}
-PART=${2:-all}
-OUT=${3:-data/runs/bench-continuous}
+MODEL=${1:?give a preset (llama-3.2-1b, llama-3.1-8b)}
+shift
+OUT=${OUT_DIR:-data/runs/bench-continuous}
 PY=${PY:-python3}  # the GPU image's interpreter (it holds the CUDA torch)
 WORK=(--prompt-len lognormal:512:0.6 --output-len lognormal:256:0.5 --dtype bfloat16 --engine fast
-      --repeats 2 --warmup 1 --seed 0 --no-calibrate)
-CONT=(--mode continuous --num-requests 200 --max-num-batched-tokens 8192 --slo-metric ttft --slo-ms 1000)
+      --warmup 0 --seed 0)
+CONT=(--mode continuous --max-num-batched-tokens 8192 --slo-metric ttft --slo-ms 1000)
 declare -A RATE=([llama-3.2-1b]=40 [llama-3.1-8b]=12)  # requests/s for the max_num_seqs sweep
-declare -A RATES=([llama-3.2-1b]=5,10,20,40,80 [llama-3.1-8b]=2,4,8,12,16,24)
-if [[ $MODEL == all ]]; then
-  for m in llama-3.2-1b llama-3.1-8b; do "$0" "$m" all "$OUT"; done
-  exit 0
-fi
-run() {  # a part already measured is kept, so a cut-off session resumes where it stopped
+declare -A RATES=([llama-3.2-1b]=5,20,80 [llama-3.1-8b]=2,6,18)
+run() {
   local dir=$OUT/$MODEL-$1; shift
   [[ -f $dir/status.json ]] && grep -q '"done"' "$dir/status.json" && return 0
   rm -rf "$dir"
-  "$PY" -m runners sweep --out "$dir" --model "$MODEL" "${WORK[@]}" "$@"
+  "$PY" -m runners sweep --out "$dir" --model "$MODEL" "${WORK[@]}" "$@" || true
 }
-[[ $PART == static || $PART == all ]] && run static --mode static --batch-sizes pow2:1:256
-[[ $PART == seqs || $PART == all ]] && run seqs "${CONT[@]}" --max-num-seqs pow2:8:256 --arrival "poisson:${RATE[$MODEL]}"
-[[ $PART == rate || $PART == all ]] && run rate "${CONT[@]}" --max-num-seqs 64 --arrival "poisson:${RATES[$MODEL]}"
-"$PY" bench/continuous_table.py "$OUT"
+for part in "$@"; do
+  case $part in
+    static) run static --mode static --batch-sizes 1,4,16,64,256 --repeats 2 ;;
+    conc-low) run conc-low "${CONT[@]}" --max-num-seqs 16 --concurrency 1,4,16 --num-requests 16 --repeats 2 --no-calibrate ;;
+    conc-high) run conc-high "${CONT[@]}" --max-num-seqs 256 --concurrency 64,128,256,512 --num-requests 512 --repeats 1 ;;
+    seqs) run seqs "${CONT[@]}" --max-num-seqs 8,32,128 --arrival "poisson:${RATE[$MODEL]}" --num-requests 128 \
+            --repeats 1 --no-calibrate ;;
+    rate) run rate "${CONT[@]}" --max-num-seqs 64 --arrival "poisson:${RATES[$MODEL]}" --num-requests 64 \
+            --repeats 1 --no-calibrate ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done

@@ -1,7 +1,7 @@
 """Engine benchmark: decode step time against the measured roofline floor, per model and batch.
 
     python bench/engine.py [--engines fast,hf-generate] [--models llama-3.2-1b,llama-3.1-8b]
-                           [--quick] [--repeats 3] [--attn bmm|sdpa] [--no-compile] [--json PATH]
+                           [--quick] [--repeats 3] [--no-compile] [--json PATH]
 
 Floor per decode step = max(bytes / copy rate, FLOPs / matmul rate), both rates measured here
 (runners.calibrate). Bytes = all weight bytes + KV bytes of the mean context of a decode step;
@@ -96,7 +96,7 @@ def measure(engine: Engine, loaded: LoadedModel, calib: dict, b: int, p: int, n:
 
 def make(engine: str, loaded: LoadedModel, args: argparse.Namespace) -> Engine:
     if engine == "fast":
-        return FastEngine(loaded, compile=not args.no_compile, attn=args.attn)
+        return FastEngine(loaded, compile=not args.no_compile)
     return HFGenerateEngine(loaded)
 
 
@@ -119,7 +119,6 @@ def main() -> None:
     ap.add_argument("--models", default="llama-3.2-1b,llama-3.1-8b")
     ap.add_argument("--quick", action="store_true", help="fewer batches; hf-generate at batch 1 and 64 only")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--attn", default="bmm", choices=["sdpa", "bmm"])
     ap.add_argument("--no-compile", action="store_true", help="fast engine: CUDA graphs of the eager step")
     ap.add_argument("--json", default="docs/bench-engine.json")
     args = ap.parse_args()

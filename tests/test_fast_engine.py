@@ -5,8 +5,10 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from runners.engines import ragged
 from runners.engines.base import Batch
 from runners.engines.fast import FastEngine
+from runners.engines.ragged import Chunk
 from runners.models import LoadedModel, describe, load
 
 SMALL = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
@@ -118,23 +120,20 @@ def test_sliding_window_beyond_its_length_is_refused() -> None:
         FastEngine(loaded).setup(1, 6, 4)
 
 
+GPU_SHAPE = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16,
+                 num_key_value_heads=4, vocab_size=4096)
+
+
 @pytest.mark.gpu
 def test_gpu_bf16_logits_match_hf_and_graph_replays_like_eager() -> None:
-    shape = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16,
-                 num_key_value_heads=4, vocab_size=4096)
-    loaded = small_model("llama3-rope-tied", torch.bfloat16, "cuda", std=0.02, **shape)
+    loaded = small_model("llama3-rope-tied", torch.bfloat16, "cuda", std=0.02, **GPU_SHAPE)
     batch = random_batch(4096, [37, 5, 64, 64], [12, 12, 3, 12], seed=6)
     with torch.no_grad():
         want = [loaded.model(input_ids=torch.tensor([p], device="cuda")).logits[0, -1].float()
                 for p in batch.prompt_ids]
     eager = FastEngine(loaded, compile=False, graphs=False)
     eager.setup(4, 64, 12)
-    st = eager.state
-    ids = torch.zeros(4, 64, dtype=torch.long)
-    for row, p in enumerate(batch.prompt_ids):
-        ids[row, 64 - len(p):] = torch.tensor(p)
-    start = torch.tensor([64 - len(p) for p in batch.prompt_ids], device="cuda")
-    got = eager.decoder.prefill(ids.cuda(), start, False, st).float()
+    got = eager.decoder.prefill(eager._pack(batch.prompt_ids, 64), eager.state).float()
     rel = [float((got[row] - want[row]).norm() / want[row].norm()) for row in range(4)]
     assert max(rel) < 1e-2, rel
     reference = eager.generate(batch).tokens
@@ -145,3 +144,35 @@ def test_gpu_bf16_logits_match_hf_and_graph_replays_like_eager() -> None:
     compiled = FastEngine(loaded, compile=True, graphs=True).generate(batch).tokens
     same = sum(a == b for x, y in zip(compiled, reference) for a, b in zip(x, y))
     assert same >= 0.9 * 4 * 12  # compiled kernels round differently; greedy may flip near ties
+
+
+@pytest.mark.gpu
+def test_gpu_batch_of_one_replays_its_prefill_graph_like_the_packed_forward() -> None:
+    loaded = small_model("qwen2", torch.bfloat16, "cuda", std=0.02, **GPU_SHAPE)
+    graphed = FastEngine(loaded)
+    graphed.setup(1, 300, 8)
+    assert graphed.lone is not None and graphed.lone.sizes[-1] == 320
+    eager = FastEngine(loaded, compile=False, graphs=False)
+    for length, seed in ((5, 1), (64, 2), (65, 3), (300, 4)):  # bucket edges, and padding
+        batch = random_batch(4096, [length], [8], seed=seed)
+        want = eager.generate(batch)
+        got = graphed.generate(batch)
+        assert got.tokens[0][0] == want.tokens[0][0]  # the prefill's own token
+        assert sum(a == b for a, b in zip(got.tokens[0], want.tokens[0])) >= 6
+    replayed = graphed.lone.run(0, batch.prompt_ids[0]).float()
+    packed = eager.decoder.prefill(eager._pack(batch.prompt_ids, 300), eager.state).float()
+    assert float((replayed - packed).norm() / packed.norm()) < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_ragged_flash_attention_equals_the_masked_reference() -> None:
+    """Chunks of different lengths, a continuation (more keys than queries) and grouped KV heads."""
+    torch.manual_seed(0)
+    chunks = [Chunk(0, 0, [1] * 37), Chunk(1, 20, [1] * 5), Chunk(2, 0, [1] * 1), Chunk(3, 64, [1] * 64)]
+    batch = ragged.pack(chunks, torch.device("cuda"))
+    q = torch.randn(batch.tokens, 8, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(batch.key_pos.numel(), 2, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    flash = ragged.attention(q, k, v, batch).float()
+    reference = ragged.attention(q.float(), k.float(), v.float(), batch)  # float32 takes the masked SDPA loop
+    assert float((flash - reference).norm() / reference.norm()) < 2e-2

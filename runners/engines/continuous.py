@@ -1,23 +1,30 @@
 """Continuous batching on the `fast` decoder: one static KV cache whose rows are request slots.
 
 Each step decodes the prefix of slots up to the highest running one, padded to a bucket (powers of
-two up to max_num_seqs, each captured once as a CUDA graph on a GPU; eager on CPU), then prefills the
-step's prompt chunks one request at a time into their slots. Free and still-prefilling slots inside
-the prefix ride along parked (`active` = 0): their positions do not move, and whatever they write
-lands where their own next prefill overwrites it. Those rows are the padding waste.
+two up to max_num_seqs, each captured once as a CUDA graph on a GPU; eager on CPU), then prefills all
+of the step's prompt chunks in one packed forward (runners.engines.ragged), the same prefill the
+static engine runs. Free and still-prefilling slots inside the prefix ride along parked
+(`active` = 0): their positions do not move, and whatever they write lands where their own next
+prefill overwrites it. Those rows are the padding waste.
 
-The host waits for every step (the scheduler needs its end time to admit arrivals on time), and
-times it with perf_counter after the synchronize.
+The host packs the step's prefill while the decode graph runs, and waits once per step (the
+scheduler needs its end time to admit arrivals on time); it times the step with perf_counter after
+that synchronize, so a step's time includes the host's own scheduling work, as a server's would.
+Setup compiles and warms every shape a step can take (each decode bucket, packed prefill), so no
+measured step compiles.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
 from runners import cancel
+from runners.engines.fast import capture, warm_decode
 from runners.engines.fast_model import DecodeState, FastDecoder
+from runners.engines.lone_prefill import LonePrefill
+from runners.engines.ragged import Chunk, pack
 from runners.kv_layout import cache_len
 from runners.scheduler import Arrivals, Request, Scheduler
 
@@ -63,37 +70,42 @@ class ContinuousEngine:
         self.state: DecodeState | None = None
         self.views: dict[int, DecodeState] = {}
         self.captured: dict[int, torch.cuda.CUDAGraph] = {}
+        self.lone: LonePrefill | None = None  # on a GPU: a step's only prefill, a whole prompt, as a graph
 
-    def setup(self, max_num_seqs: int, max_seq_len: int) -> float:
-        """Allocate the slot cache, compile/warm every bucket and capture it; returns seconds."""
+    def setup(self, max_num_seqs: int, max_seq_len: int, token_budget: int | None = None) -> float:
+        """Allocate the slot cache, compile and warm every shape a step can take (each decode bucket
+        captured, a lone prompt's prefill per length bucket captured, a packed prefill of the whole
+        token budget run once so the allocator holds its largest blocks); returns seconds."""
         self.release()
         max_len = cache_len(max_seq_len)
         t0 = time.perf_counter()
         self.state = self.decoder.new_state(max_num_seqs, max_len, 1)
         self.state.active.zero_()
-        self.views = {b: _prefix(self.state, b) for b in buckets(max_num_seqs)}
-        warm = torch.ones(min(8, max_len), dtype=torch.long, device=self.device)
-        self.decoder.prefill_slot(warm, 0, 0, self.state)  # compiles prefill's pieces outside any TTFT
-        self.decoder.prefill_slot(warm, 0, warm.numel(), self.state)  # and the chunked (masked) path
+        self.views = {b: self.state.prefix(b) for b in buckets(max_num_seqs)}
+        self._warm_prefill(max_num_seqs, max_len, token_budget)
         if self.graphs:
-            self._sync()
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):  # compiles each width on first use, then runs warm
-                for view in self.views.values():
-                    for _ in range(3):
-                        view.step.zero_()
-                        self.decoder.decode_step(view)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            self._sync()
-            for width, view in self.views.items():
-                view.step.zero_()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    self.decoder.decode_step(view)
-                self.captured[width] = graph
+            self.lone = LonePrefill(self.decoder, self.state, max_seq_len)
+        for buf in (self.state.pos, self.state.active):
+            buf.zero_()
+        if self.decoder.compiled or self.graphs:
+            warm_decode(self.decoder, list(self.views.values()), self.device)
+        if self.graphs:
+            self.captured = {width: capture(self.decoder, view) for width, view in self.views.items()}
         self._sync()
         return time.perf_counter() - t0
+
+    def _warm_prefill(self, slots: int, max_len: int, token_budget: int | None) -> None:
+        """Packed prefills of one short and several chunks (a continuation among them) compile the
+        prefill's pieces for any token count; one of the whole budget (or every slot full) sizes the
+        allocator's blocks. All outside every measured step."""
+        n = min(8, max_len // 2)
+        chunks = [Chunk(0, 0, [1] * n), Chunk(0, n, [1] * n, emit=n - 1)]
+        chunks += [Chunk(slot, 0, [1] * n, emit=n - 1) for slot in range(1, min(slots, 4))]
+        budget = min(token_budget or slots * max_len, slots * max_len)
+        full = [Chunk(slot, 0, [1] * min(max_len, budget - slot * max_len), emit=0)
+                for slot in range(-(-budget // max_len))]
+        for batch in (chunks[:1], chunks, full):
+            self.decoder.prefill(pack(batch, self.device), self.state)
 
     @property
     def kv_bytes(self) -> int:
@@ -108,7 +120,7 @@ class ContinuousEngine:
         return self.state.key_idx.numel()
 
     def release(self) -> None:
-        self.state, self.views, self.captured = None, {}, {}
+        self.state, self.views, self.captured, self.lone = None, {}, {}, None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -138,16 +150,16 @@ class ContinuousEngine:
                 wake = source.next_time()
                 if wake is None:
                     raise RuntimeError("no request can be admitted and none will arrive (KV capacity too small)")
-                time.sleep(max(0.0, wake - (time.perf_counter() - t0)))
+                _sleep_until(t0 + wake)
                 now = time.perf_counter() - t0
                 continue
             start = now
-            rows = self._decode(plan.decodes)
-            first = {r.index: self._prefill(prompts[r.index], r, pos, n) for r, pos, n in plan.prefills}
+            rows = self._decode(plan.decodes)  # the graph runs while the host packs the prefill
+            emitted = self._prefill(prompts, plan.prefills)
             self._sync()
             now = time.perf_counter() - t0
             if record_tokens:
-                self._record(tokens, plan, first, rows)
+                self._record(tokens, plan, emitted, rows)
             for r in sched.commit(plan, now):
                 st.active[r.slot] = 0
                 source.finished(r, now)
@@ -170,38 +182,38 @@ class ContinuousEngine:
             self.decoder.decode_step(view)
         return width
 
-    def _prefill(self, prompt: list[int], r: Request, pos: int, n: int) -> torch.Tensor | None:
-        """Prefill one chunk into the request's slot; the last chunk arms the slot for decoding."""
-        st, slot = self.state, r.slot
-        ids = torch.tensor(prompt[pos:pos + n], dtype=torch.long, device=self.device)
-        logits = self.decoder.prefill_slot(ids, slot, pos, st)
-        end = pos + n
-        st.cache_pos[slot] = end
-        st.rope_pos[slot] = end
-        st.start[slot] = 0
-        if end < r.prompt_len:
+    def _prefill(self, prompts: list[list[int]], prefills: list[tuple[Request, int, int]]
+                 ) -> tuple[list[int], torch.Tensor] | None:
+        """Every chunk of the step in one packed forward (a step's only prefill, a whole prompt, as its
+        captured graph); a prompt's last chunk arms its slot for decoding. Returns the emitting
+        requests' indices and their logits (read only when recorded)."""
+        if not prefills:
             return None
-        first = logits.argmax()
-        st.tokens[slot] = first
-        st.active[slot] = 1
-        return first
+        if self.lone is not None and len(prefills) == 1:
+            r, pos, n = prefills[0]
+            if pos == 0 and n == r.prompt_len:
+                return [r.index], self.lone.run(r.slot, prompts[r.index])
+        chunks = [Chunk(r.slot, pos, prompts[r.index][pos:pos + n], emit=n - 1 if pos + n == r.prompt_len else None)
+                  for r, pos, n in prefills]
+        logits = self.decoder.prefill(pack(chunks, self.device), self.state)
+        return [r.index for (r, _, _), c in zip(prefills, chunks) if c.emit is not None], logits
 
-    def _record(self, tokens: dict[int, list[int]], plan, first: dict, rows: int) -> None:
+    def _record(self, tokens: dict[int, list[int]], plan, emitted, rows: int) -> None:
         """Greedy ids per request (tests compare them with the static engine's)."""
         fed = self.state.out[:rows, 0].tolist() if rows else []
         for r in plan.decodes:
             tokens[r.index].append(fed[r.slot])
-        for index, tok in first.items():
-            if tok is not None:
-                tokens[index].append(int(tok))
+        if emitted is not None:
+            for index, tok in zip(emitted[0], emitted[1].argmax(dim=-1).tolist()):
+                tokens[index].append(tok)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
 
-def _prefix(st: DecodeState, rows: int) -> DecodeState:
-    """Views of the first `rows` slots: a captured step over them writes the shared cache in place."""
-    return replace(st, k=[t[:rows] for t in st.k], v=[t[:rows] for t in st.v], tokens=st.tokens[:rows],
-                   rope_pos=st.rope_pos[:rows], cache_pos=st.cache_pos[:rows], start=st.start[:rows],
-                   rows=st.rows[:rows], out=st.out[:rows], active=st.active[:rows])
+def _sleep_until(deadline: float) -> None:
+    """Idle until the next arrival, in short naps so a cancel is seen within a tenth of a second."""
+    while (left := deadline - time.perf_counter()) > 0:
+        cancel.check()
+        time.sleep(min(left, 0.1))

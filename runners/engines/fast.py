@@ -6,7 +6,9 @@ step time is the GPU's. On CPU the same step runs eagerly, timed by perf_counter
 """
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 
 import torch
 import transformers
@@ -15,11 +17,13 @@ from runners import cancel
 from runners.engines.base import Batch, Generation
 from runners.engines.fast_model import DecodeState, FastDecoder
 from runners.engines.fast_quant import decoder_weight_bytes, quantize_with_guard
+from runners.engines.lone_prefill import LonePrefill
+from runners.engines.ragged import Chunk, PackedPrefill, pack
 from runners.models import LoadedModel
 from runners.kv_layout import cache_len
 from runners.quant_layout import QUANT_DTYPES
 
-VERSION = "1"
+VERSION = "2"  # 2: one packed prefill (ragged attention) for static and continuous batches
 PAD_ID = 0
 
 
@@ -27,33 +31,29 @@ class FastEngine:
     name = "fast"
 
     def __init__(self, loaded: LoadedModel, compile: bool | None = None, graphs: bool | None = None,
-                 attn: str = "bmm", decoder: FastDecoder | None = None) -> None:
+                 decoder: FastDecoder | None = None) -> None:
         """compile/graphs default to on for CUDA, off elsewhere; `decoder` replaces the one built from
-        the loaded model (a tensor-parallel rank passes its shard).
-
-        attn "bmm" (batched matmuls over [B, kv_heads, group, len]) measured faster on an H200 than
-        "sdpa" (memory-efficient kernel, group as query length): 8B batch 256 12.4 vs 14.0 ms/step.
-        """
+        the loaded model (a tensor-parallel rank passes its shard)."""
         self.loaded = loaded
         self.device = loaded.device
         on_cuda = self.device.type == "cuda"
         self.graphs = on_cuda if graphs is None else graphs
-        self.compiled = on_cuda if compile is None else compile
-        self.decoder = decoder or FastDecoder(loaded.model, loaded.config, attn=attn)
+        self.decoder = decoder or FastDecoder(loaded.model, loaded.config)
         self.quant = loaded.info.dtype if loaded.info.dtype in QUANT_DTYPES else None
         if self.quant:  # model.json then holds the quantised bytes and the accuracy guard's error
             loaded.info.quant_logits_rel_error = quantize_with_guard(self.decoder, loaded.model, self.quant)
             loaded.info.weight_bytes = decoder_weight_bytes(self.decoder)
-        if self.compiled:
+        if on_cuda if compile is None else compile:
             self.decoder.enable_compile()
         self.state: DecodeState | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.lone: LonePrefill | None = None  # batch 1 on a GPU: its prefill as a graph per length
         self.shape: tuple[int, int, int] | None = None
         self.last_setup: dict[str, float] = {}
 
     def version(self) -> str:
         weights = f", weights {self.quant}" if self.quant else ""
-        return (f"fast {VERSION} (attn {self.decoder.attn}{weights}, compile {self.compiled}, "
+        return (f"fast {VERSION} (packed prefill{weights}, compile {self.decoder.compiled}, "
                 f"graphs {self.graphs}; torch {torch.__version__}, transformers {transformers.__version__})")
 
     def setup(self, batch_size: int, max_prompt_len: int, max_output_len: int) -> float:
@@ -67,40 +67,31 @@ class FastEngine:
         self.state = self.decoder.new_state(batch_size, max_len, max_output_len)
         self.shape = (batch_size, max_prompt_len, max_output_len)
         warm_s = 0.0
-        if self.compiled:
+        if self.decoder.compiled:
             self._warm_prefill(batch_size, max_prompt_len)
-        if self.graphs:
-            self._sync()
+        if self.graphs and batch_size == 1:
+            self.lone = LonePrefill(self.decoder, self.state, max_prompt_len)
+            self.state.pos.zero_()
+        if self.decoder.compiled or self.graphs:
             t_warm = time.perf_counter()
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):  # compiles on first use, autotunes, then runs warm
-                for _ in range(3):
-                    self.decoder.decode_step(self.state)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            self._sync()
+            warm_decode(self.decoder, [self.state], self.device)
             warm_s = time.perf_counter() - t_warm
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.decoder.decode_step(self.state)
+        if self.graphs:
+            self.graph = capture(self.decoder, self.state)
         self._sync()
         total = time.perf_counter() - t0
         self.last_setup = {"setup_s": total, "warmup_s": warm_s}
         return total
 
     def _warm_prefill(self, batch_size: int, prompt_len: int) -> None:
-        """Compile the prefill pieces for this shape (equal and mixed lengths) inside setup, so no
-        compile or autotune lands in a measured TTFT. The cache is overwritten by the real prefill."""
-        ids = torch.full((batch_size, prompt_len), PAD_ID, dtype=torch.long, device=self.device)
-        start = torch.zeros(batch_size, dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            self.decoder.prefill(ids, start, True, self.state)
-            if batch_size > 1 and prompt_len > 1:
-                start[0] = 1
-                self.decoder.prefill(ids, start, False, self.state)
+        """Run this shape's packed prefill once inside setup, so its compile and any autotuning never
+        land in a measured TTFT. The cache it writes is overwritten by the real prefill; the positions
+        go back to 0 so the decode warm-up that follows stays inside the cache."""
+        self.decoder.prefill(self._pack([[PAD_ID] * prompt_len] * batch_size, prompt_len), self.state)
+        self.state.pos.zero_()
 
     def release(self) -> None:
-        self.state = self.graph = self.shape = None
+        self.state = self.graph = self.shape = self.lone = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -114,33 +105,27 @@ class FastEngine:
         B, P, N = batch.size, max(batch.prompt_lens), max(batch.output_lens)
         if not self.fits(batch):
             self.setup(B, P, N)
-        st = self.state
-        lens = torch.tensor(batch.prompt_lens)
-        ids = torch.full((B, P), PAD_ID, dtype=torch.long)
-        for row, prompt in enumerate(batch.prompt_ids):
-            ids[row, P - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-        ids, start = ids.to(self.device), (P - lens).to(self.device)
-        st.start.copy_(start)
-        st.rope_pos.copy_(lens)
-        st.cache_pos.fill_(P)
-        st.step.fill_(1)
-        same_length = min(batch.prompt_lens) == P
+        self.state.step.fill_(1)
+        if self.lone is not None:
+            prefill = lambda: self.lone.run(0, batch.prompt_ids[0])
+        else:
+            packed = self._pack(batch.prompt_ids, P)
+            prefill = lambda: self.decoder.prefill(packed, self.state)
         if self.device.type == "cuda":
-            return self._generate_cuda(ids, start, same_length, N)
-        return self._generate_eager(ids, start, same_length, N)
+            return self._generate_cuda(prefill, N)
+        return self._generate_eager(prefill, N)
 
-    def _prefill(self, ids: torch.Tensor, start: torch.Tensor, same_length: bool) -> None:
-        st = self.state
-        first = self.decoder.prefill(ids, start, same_length, st).argmax(dim=-1)
-        st.out[:, 0] = first
-        st.tokens.copy_(first)
+    def _pack(self, prompts: list[list[int]], padded_len: int) -> PackedPrefill:
+        """A static batch as packed chunks: row b in slot b, right-padded to the longest prompt (the
+        padding is computed, as static batching does), its first token read at its own last one."""
+        return pack([Chunk(row, 0, p + [PAD_ID] * (padded_len - len(p)), emit=len(p) - 1)
+                     for row, p in enumerate(prompts)], self.device, PAD_ID)
 
-    def _generate_cuda(self, ids: torch.Tensor, start: torch.Tensor, same_length: bool,
-                       n: int) -> Generation:
+    def _generate_cuda(self, prefill: Callable[[], torch.Tensor], n: int) -> Generation:
         self._sync()
         events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
         events[0].record()
-        self._prefill(ids, start, same_length)
+        prefill()
         events[1].record()
         for k in range(2, n + 1):
             cancel.check()  # a host flag: no device sync
@@ -153,10 +138,9 @@ class FastEngine:
         token_ms = [events[0].elapsed_time(e) for e in events[1:]]
         return self._result(token_ms, n, "cuda_events")
 
-    def _generate_eager(self, ids: torch.Tensor, start: torch.Tensor, same_length: bool,
-                        n: int) -> Generation:
+    def _generate_eager(self, prefill: Callable[[], torch.Tensor], n: int) -> Generation:
         t0 = time.perf_counter()
-        self._prefill(ids, start, same_length)
+        prefill()
         token_ms = [(time.perf_counter() - t0) * 1e3]
         for _ in range(1, n):
             cancel.check()
@@ -171,3 +155,29 @@ class FastEngine:
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+def warm_decode(decoder: FastDecoder, states: list[DecodeState], device: torch.device) -> None:
+    """Three decode steps per state compile every piece for that width and let the allocator settle;
+    on a GPU on a side stream, as graph capture requires of the work before it."""
+    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+    if stream is not None:
+        torch.cuda.synchronize(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        for state in states:
+            for _ in range(3):
+                state.step.zero_()
+                decoder.decode_step(state)
+    if stream is not None:
+        torch.cuda.current_stream(device).wait_stream(stream)
+        torch.cuda.synchronize(device)
+
+
+def capture(decoder: FastDecoder, state: DecodeState) -> torch.cuda.CUDAGraph:
+    """One decode step over `state`'s buffers as a CUDA graph (after warm_decode on the same state)."""
+    state.step.zero_()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decoder.decode_step(state)
+    return graph

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from runners.engines.fast_model import FastDecoder
+from runners.engines.ragged import Chunk, pack
 from runners.quant import QuantWeight, quantize
 
 MATRICES = ("wqkv", "wo", "w13", "w2")
@@ -48,7 +49,7 @@ def decoder_weight_bytes(decoder: FastDecoder) -> int:
 def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: str, seed: int = 0) -> float:
     """Quantise the decoder in place; return the last-position logits' relative error vs bfloat16."""
     gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, decoder.embed.shape[0], (GUARD_ROWS, GUARD_LEN), generator=gen).to(decoder.device)
+    ids = torch.randint(1, decoder.embed.shape[0], (GUARD_ROWS, GUARD_LEN), generator=gen)
     reference = _last_logits(decoder, ids)
     quantize_decoder(decoder, hf_model, dtype)
     quantized = _last_logits(decoder, ids)
@@ -57,5 +58,5 @@ def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: 
 
 def _last_logits(decoder: FastDecoder, ids: Tensor) -> Tensor:
     state = decoder.new_state(ids.shape[0], ids.shape[1], 1)
-    start = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
-    return decoder.prefill(ids, start, True, state).float()
+    chunks = [Chunk(row, 0, prompt, emit=len(prompt) - 1) for row, prompt in enumerate(ids.tolist())]
+    return decoder.prefill(pack(chunks, decoder.device), state).float()

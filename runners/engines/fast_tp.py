@@ -66,8 +66,8 @@ class AllReduce:
 class ShardedDecoder(FastDecoder):
     """FastDecoder on this rank's shard; heads and kv_heads are the local counts."""
 
-    def __init__(self, hf_model: torch.nn.Module, config, group: dist.ProcessGroup, attn: str = "bmm") -> None:
-        super().__init__(hf_model, config, attn=attn)
+    def __init__(self, hf_model: torch.nn.Module, config, group: dist.ProcessGroup) -> None:
+        super().__init__(hf_model, config)
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         inter = config.intermediate_size
         if self.kv_heads % world or self.heads % world or inter % world:
@@ -78,7 +78,7 @@ class ShardedDecoder(FastDecoder):
         self.layers = [self._shard(w, rank, world, inter) for w in self.layers]
         self.heads //= world
         self.kv_heads //= world
-        self.attn_fn, self.mlp_fn = self.decode_attn, self.decode_mlp
+        self.attn_fn = self.decode_attn
 
     def _shard(self, w: LayerWeights, rank: int, world: int, inter: int) -> LayerWeights:
         d, hq, hkv = self.head_dim, self.heads // world, self.kv_heads // world
@@ -95,18 +95,17 @@ class ShardedDecoder(FastDecoder):
         )
 
     def enable_compile(self) -> None:
-        """Compile the two halves of a layer, not the layer: the all-reduces stay outside compiled
-        code, so Dynamo never traces a collective, and graph capture records them as NCCL kernels."""
+        """Compile the two halves of a decode layer, not the layer: the all-reduces stay outside
+        compiled code, so Dynamo never traces a collective, and graph capture records them as NCCL
+        kernels. (The MLP half is the base class's compiled `mlp_fn`.)"""
         super().enable_compile()
-        fn = lambda f: torch.compile(f, dynamic=True, fullgraph=True)
         self.layer_fn = self.decode_layer
-        self.attn_fn, self.mlp_fn = fn(self.decode_attn), fn(self.decode_mlp)
+        self.attn_fn = torch.compile(self.decode_attn, dynamic=True, fullgraph=True)
 
     def decode_layer(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor, bqkv: Tensor | None, wo: Tensor,
                      bo: Tensor | None, mlp_norm: Tensor, w13: Tensor, w2: Tensor, kc: Tensor, vc: Tensor,
-                     cos: Tensor, sin: Tensor, rows: Tensor, cache_pos: Tensor, mask: Tensor) -> Tensor:
-        h = h + self.reduce(self.attn_fn(h, attn_norm, wqkv, bqkv, wo, bo, kc, vc, cos, sin, rows,
-                                         cache_pos, mask))
+                     cos: Tensor, sin: Tensor, rows: Tensor, pos: Tensor, mask: Tensor) -> Tensor:
+        h = h + self.reduce(self.attn_fn(h, attn_norm, wqkv, bqkv, wo, bo, kc, vc, cos, sin, rows, pos, mask))
         return h + self.reduce(self.mlp_fn(h, mlp_norm, w13, w2))
 
     def reduce(self, x: Tensor) -> Tensor:

@@ -45,8 +45,9 @@ class ContinuousRun:
                         "arrival_rate": point.arrival_rate, "concurrency": point.concurrency}
 
     def setup(self) -> float:
-        seconds = self.served.setup(self.point.max_num_seqs, longest_request(self.ctx.spec))
-        self.capacity = self.ctx.spec.kv_cache_tokens or self.served.slots * self.served.max_len
+        spec = self.ctx.spec
+        seconds = self.served.setup(self.point.max_num_seqs, longest_request(spec), spec.max_num_batched_tokens)
+        self.capacity = spec.kv_cache_tokens or self.served.slots * self.served.max_len
         return seconds
 
     def repeat(self, repeat: int) -> tuple[ContinuousRepeat, Window]:
