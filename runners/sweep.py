@@ -72,7 +72,7 @@ class Sweep:
         loaded = models.load(spec.model, spec.dtype, self.device, spec.seed)
         engine: Engine = (make_engine(spec.engine, loaded) if team is None else
                           GroupEngine(local_engine(spec, loaded, team.group), team.group, spec.tensor_parallel > 1))
-        info = loaded.info
+        info = dataclasses.replace(loaded.info, **engine.facts())  # what the engine changed: quantised bytes, a shard
         self.folder.write_json(contract.ENV, fingerprint.collect(self.device, engine.version(), spec.tensor_parallel,
                                                                  spec.replicas))
         self.folder.write_json(contract.MODEL, dataclasses.asdict(info))

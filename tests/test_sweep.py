@@ -1,5 +1,5 @@
-"""The sweep around its points: an OOM stops the sweep with a note named along its own axis. Modes and
-engines are stand-ins; the tiny model loads for real on the CPU."""
+"""The sweep around its points: model facts come from the engine, and an OOM stops the sweep with a note
+named along its own axis. Modes and engines are stand-ins; the tiny model loads for real on the CPU."""
 from __future__ import annotations
 
 import json
@@ -56,3 +56,20 @@ def test_an_oom_stops_the_sweep_and_names_its_axis(tmp_path: Path, monkeypatch, 
     assert Sweep(spec, tmp_path / "run", torch.device("cpu")).run() == "done"
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert mode.ran == ran and status["stopped_early"] == note and status["points_done"] == 2
+
+
+def test_model_json_states_the_engines_facts_and_points_see_them(tmp_path: Path, monkeypatch) -> None:
+    seen: list[int] = []
+
+    class Mode:
+        def run_point(self, ctx: PointContext, index: int, point) -> Summary:
+            seen.append(ctx.info.weight_bytes)
+            return Summary(point_index=index, batch_size=point.batch_size, status="ok")
+
+    spec = validate({**TINY, "batch_sizes": "1"})
+    monkeypatch.setattr(sweep_module, "make_engine", lambda name, loaded: StandInEngine())
+    monkeypatch.setitem(sweep_module.MODES, "static", Mode())
+    assert Sweep(spec, tmp_path / "run", torch.device("cpu")).run() == "done"
+    model = json.loads((tmp_path / "run" / "model.json").read_text())
+    assert (model["weight_bytes"], model["quant_logits_rel_error"], model["name"]) == (123, 0.25, "tiny")
+    assert seen == [123]  # the memory split's weights are the engine's bytes
