@@ -113,10 +113,10 @@ def test_engine_quantises_frees_bf16_and_counts_the_bytes_describe_predicts(dtyp
     loaded = models.load("tiny", dtype, torch.device("cpu"))
     assert loaded.dtype == torch.bfloat16
     engine = FastEngine(loaded)
-    assert loaded.info.weight_bytes == model_facts("tiny", dtype)["weight_bytes"]
+    assert engine.facts()["weight_bytes"] == model_facts("tiny", dtype)["weight_bytes"]
     assert all(m.weight.numel() == 0 for m in loaded.model.model.layers.modules()
                if isinstance(m, torch.nn.Linear))
-    assert 0 < loaded.info.quant_logits_rel_error < (0.03 if dtype == "int8" else 0.08)
+    assert 0 < engine.facts()["quant_logits_rel_error"] < (0.03 if dtype == "int8" else 0.08)
     assert f"weights {dtype}" in engine.version()
 
 
@@ -127,8 +127,7 @@ def test_guard_flags_a_broken_quantisation(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(fast_quant, "quantize", off_by_two)
     loaded = models.load("tiny", "int8", torch.device("cpu"))
-    FastEngine(loaded)
-    assert loaded.info.quant_logits_rel_error > 0.3
+    assert FastEngine(loaded).facts()["quant_logits_rel_error"] > 0.3
 
 
 def test_hf_generate_rejects_quantised_dtypes() -> None:

@@ -29,8 +29,8 @@ def test_compiled_graph_engine_logits_error_vs_bf16(dtype: str) -> None:
         pytest.skip("needs compute capability ≥ 8.9")
     loaded = models.load("llama-3.2-1b", dtype, torch.device("cuda"))
     engine = FastEngine(loaded)
-    assert loaded.info.quant_logits_rel_error < BOUNDS[dtype]
-    assert loaded.info.weight_bytes == models.describe("llama-3.2-1b", loaded.config, dtype).weight_bytes
+    assert engine.facts()["quant_logits_rel_error"] < BOUNDS[dtype]
+    assert engine.facts()["weight_bytes"] == models.describe("llama-3.2-1b", loaded.config, dtype).weight_bytes
     gen = engine.generate(Batch(prompt_ids=[[5] * 40, [7] * 33, [9] * 40], output_lens=[8, 8, 8]))
     assert engine.graph is not None and len(gen.tokens[0]) == 8  # compiled + captured decode ran
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass
@@ -44,6 +44,11 @@ class Engine(Protocol):
 
     def version(self) -> str:
         """Engine name and the library versions that define its behaviour."""
+        ...
+
+    def facts(self) -> dict[str, Any]:
+        """ModelInfo fields this engine changes (quantised weight bytes, a shard's sizes), for the
+        sweep to write into model.json; {} when it runs the model as loaded."""
         ...
 
     def setup(self, batch_size: int, max_prompt_len: int, max_output_len: int) -> float:

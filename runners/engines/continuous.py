@@ -23,7 +23,6 @@ import torch
 from runners import cancel
 from runners.engines.fast import capture, warm_decode
 from runners.engines.fast_model import DecodeState, FastDecoder
-from runners.engines.lone_prefill import LonePrefill
 from runners.engines.ragged import Chunk, pack
 from runners.kv_layout import cache_len
 from runners.scheduler import Arrivals, Request, Scheduler
@@ -70,12 +69,11 @@ class ContinuousEngine:
         self.state: DecodeState | None = None
         self.views: dict[int, DecodeState] = {}
         self.captured: dict[int, torch.cuda.CUDAGraph] = {}
-        self.lone: LonePrefill | None = None  # on a GPU: a step's only prefill, a whole prompt, as a graph
 
     def setup(self, max_num_seqs: int, max_seq_len: int, token_budget: int | None = None) -> float:
         """Allocate the slot cache, compile and warm every shape a step can take (each decode bucket
-        captured, a lone prompt's prefill per length bucket captured, a packed prefill of the whole
-        token budget run once so the allocator holds its largest blocks); returns seconds."""
+        captured; a packed prefill of the whole token budget run once, so the allocator holds its
+        largest blocks); returns seconds."""
         self.release()
         max_len = cache_len(max_seq_len)
         t0 = time.perf_counter()
@@ -83,8 +81,6 @@ class ContinuousEngine:
         self.state.active.zero_()
         self.views = {b: self.state.prefix(b) for b in buckets(max_num_seqs)}
         self._warm_prefill(max_num_seqs, max_len, token_budget)
-        if self.graphs:
-            self.lone = LonePrefill(self.decoder, self.state, max_seq_len)
         for buf in (self.state.pos, self.state.active):
             buf.zero_()
         if self.decoder.compiled or self.graphs:
@@ -120,7 +116,7 @@ class ContinuousEngine:
         return self.state.key_idx.numel()
 
     def release(self) -> None:
-        self.state, self.views, self.captured, self.lone = None, {}, {}, None
+        self.state, self.views, self.captured = None, {}, {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -184,15 +180,10 @@ class ContinuousEngine:
 
     def _prefill(self, prompts: list[list[int]], prefills: list[tuple[Request, int, int]]
                  ) -> tuple[list[int], torch.Tensor] | None:
-        """Every chunk of the step in one packed forward (a step's only prefill, a whole prompt, as its
-        captured graph); a prompt's last chunk arms its slot for decoding. Returns the emitting
-        requests' indices and their logits (read only when recorded)."""
+        """Every chunk of the step in one packed forward; a prompt's last chunk arms its slot for
+        decoding. Returns the emitting requests' indices and their logits (read only when recorded)."""
         if not prefills:
             return None
-        if self.lone is not None and len(prefills) == 1:
-            r, pos, n = prefills[0]
-            if pos == 0 and n == r.prompt_len:
-                return [r.index], self.lone.run(r.slot, prompts[r.index])
         chunks = [Chunk(r.slot, pos, prompts[r.index][pos:pos + n], emit=n - 1 if pos + n == r.prompt_len else None)
                   for r, pos, n in prefills]
         logits = self.decoder.prefill(pack(chunks, self.device), self.state)

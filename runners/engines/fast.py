@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import transformers
@@ -40,9 +41,10 @@ class FastEngine:
         self.graphs = on_cuda if graphs is None else graphs
         self.decoder = decoder or FastDecoder(loaded.model, loaded.config)
         self.quant = loaded.info.dtype if loaded.info.dtype in QUANT_DTYPES else None
+        self._facts: dict[str, Any] = {}
         if self.quant:  # model.json then holds the quantised bytes and the accuracy guard's error
-            loaded.info.quant_logits_rel_error = quantize_with_guard(self.decoder, loaded.model, self.quant)
-            loaded.info.weight_bytes = decoder_weight_bytes(self.decoder)
+            self._facts = {"quant_logits_rel_error": quantize_with_guard(self.decoder, loaded.model, self.quant),
+                           "weight_bytes": decoder_weight_bytes(self.decoder)}
         if on_cuda if compile is None else compile:
             self.decoder.enable_compile()
         self.state: DecodeState | None = None
@@ -50,6 +52,9 @@ class FastEngine:
         self.lone: LonePrefill | None = None  # batch 1 on a GPU: its prefill as a graph per length
         self.shape: tuple[int, int, int] | None = None
         self.last_setup: dict[str, float] = {}
+
+    def facts(self) -> dict[str, Any]:
+        return dict(self._facts)
 
     def version(self) -> str:
         weights = f", weights {self.quant}" if self.quant else ""

@@ -140,9 +140,9 @@ class TensorParallelEngine(FastEngine):
         self.calls_per_step = 2 * len(decoder.layers)
         self.probe: tuple[float, float] | None = None
         self._check_same_replicated_weights()
-        loaded.info.tensor_parallel = self.world  # model.json's byte counts are now one rank's
-        loaded.info.weight_bytes = decoder.weight_bytes()
-        loaded.info.kv_bytes_per_token //= self.world
+        self._facts = {"tensor_parallel": self.world,  # model.json's byte counts are one rank's
+                       "weight_bytes": decoder.weight_bytes(),
+                       "kv_bytes_per_token": loaded.info.kv_bytes_per_token // self.world}
 
     def version(self) -> str:
         return f"{super().version()}; tensor parallel {self.world}"

@@ -79,6 +79,10 @@ class GroupEngine:
     def version(self) -> str:
         return self.local.version() if self.tensor_parallel else f"{self.local.version()}; replicas {self.group.world}"
 
+    def facts(self) -> dict[str, Any]:
+        """Rank 0's: every rank holds the same shard sizes or the same whole model."""
+        return self.local.facts()
+
     def setup(self, batch_size: int, max_prompt_len: int, max_output_len: int) -> float:
         sizes = [batch_size] * self.group.world if self.tensor_parallel else replicas.split_sizes(batch_size, self.group.world)
         return max(self._call(Command("setup", [(b, max_prompt_len, max_output_len) for b in sizes])))

@@ -6,6 +6,7 @@ synchronises the device, so a host clock read at that moment is a device-complet
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 import transformers
@@ -52,6 +53,9 @@ class HFGenerateEngine:
     def __init__(self, loaded: LoadedModel) -> None:
         self.loaded = loaded
         self.model = loaded.model
+
+    def facts(self) -> dict[str, Any]:
+        return {}
 
     def version(self) -> str:
         return f"hf-generate (transformers {transformers.__version__}, torch {torch.__version__})"

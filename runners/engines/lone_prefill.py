@@ -4,7 +4,9 @@ A packed prefill issues about twenty host operations per layer. For a lone promp
 tokens the GPU finishes each one before the host has issued the next: on an H200 the 1B preset's
 512-token prefill was 17 ms issued for 3 ms of kernels. A lone prompt is exactly the light-load case
 (one request admitted in a step) and a static batch of one, so their TTFT would measure the host.
-A graph per length bucket replays the whole forward in one launch.
+A graph per length bucket replays the whole forward in one launch. (The continuous engine does not
+use it: on an H200 a sweep that mixed its replays with eager packed prefills hit a device-side
+index assert, and a version that kept every captured input alive could not be re-measured.)
 
 Buckets are four per octave from 64 (64, 80, 96, 112, 128, 160, …), so a prompt is padded by less
 than a quarter. The padding comes after the prompt's last token: causal attention never lets a real
@@ -39,28 +41,29 @@ class LonePrefill:
         top, device = self.sizes[-1], decoder.device
         self.host = torch.zeros(top + 2, dtype=torch.long).pin_memory()  # ids…, slot, real length
         self.inputs = torch.zeros(top + 2, dtype=torch.long, device=device)
-        positions = torch.arange(top, device=device).clamp(max=state.key_idx.numel() - 1)
+        # a graph reads its inputs where they were at capture: every one of them lives as long as it
+        self.positions = torch.arange(top, device=device).clamp(max=state.key_idx.numel() - 1)
+        self.bounds = {size: torch.tensor([0, size], dtype=torch.int32, device=device) for size in self.sizes}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         pool = torch.cuda.graph_pool_handle()
         for size in reversed(self.sizes):  # the largest first, so the smaller ones reuse its pool
-            bounds = torch.tensor([0, size], dtype=torch.int32, device=device)
-            forward = lambda: decoder.prefill(self._batch(size, positions, bounds), state)
+            forward = lambda: decoder.prefill(self._batch(size), state)
             _warm(forward, device)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
                 self.logits[size] = forward()
             self.graphs[size] = graph
 
-    def _batch(self, size: int, positions: torch.Tensor, bounds: torch.Tensor) -> PackedPrefill:
-        """The packed form of one chunk of `size` tokens, every index a view of the input buffer."""
+    def _batch(self, size: int) -> PackedPrefill:
+        """The packed form of one chunk of `size` tokens, every index a view of a kept buffer."""
         top = self.sizes[-1]
         slot, length = self.inputs[top:top + 1], self.inputs[top + 1:top + 2]
-        many = slot.expand(size)
-        return PackedPrefill(ids=self.inputs[:size], pos=positions[:size], slot=many, key_slot=many,
-                             key_pos=positions[:size], emit=length - 1, emit_slot=slot, chunk_slot=slot,
-                             chunk_end=length.clone(), cu_q=bounds, cu_k=bounds, tokens=size, max_q=size,
-                             max_k=size, spans=[(0, size, 0, size)])
+        many, pos, bounds = slot.expand(size), self.positions[:size], self.bounds[size]
+        return PackedPrefill(ids=self.inputs[:size], pos=pos, slot=many, key_slot=many, key_pos=pos,
+                             emit=length - 1, emit_slot=slot, chunk_slot=slot, chunk_end=length.clone(),
+                             cu_q=bounds, cu_k=bounds, tokens=size, max_q=size, max_k=size,
+                             spans=[(0, size, 0, size)])
 
     def fits(self, tokens: int) -> bool:
         return tokens <= self.sizes[-1]
