@@ -9,8 +9,6 @@ from typing import Any
 from runners.spec.options import SpecError, parse_batch_sizes, record, set_whole_numbers
 from runners.spec.sweep import SLO_METRICS, SweepSpec, check_context
 
-AXES = ("max_num_seqs", "arrival_rate", "concurrency")
-
 
 @dataclass(frozen=True)
 class ContinuousPoint:
@@ -19,7 +17,7 @@ class ContinuousPoint:
     max_num_seqs: int
     arrival_rate: float | None  # requests/s (open loop), or None for a closed loop
     concurrency: int | None  # clients (closed loop), or None for Poisson arrivals
-    axis: str  # which of AXES the sweep varies
+    axis: str  # the option the sweep varies: max_num_seqs, arrival_rate or concurrency
     larger = "larger values"  # what an OOM stop leaves out
 
     @property

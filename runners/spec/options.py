@@ -2,6 +2,7 @@
 declaration whose help text the command line shows (runners.cli builds its flags from the spec)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import MISSING, field
 from typing import Any
 
@@ -79,7 +80,7 @@ def set_whole_numbers(spec: Any, values: dict[str, Any], bounds: tuple[tuple[str
             setattr(spec, name, number)
 
 
-def record(found: dict[str, str], name: str, fn: Any) -> Any:
+def record(found: dict[str, str], name: str, fn: Callable[[], Any]) -> Any:
     """`fn()`, or None with its SpecError (or ValueError, under `name`) recorded in `found`."""
     try:
         return fn()
