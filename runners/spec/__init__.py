@@ -6,8 +6,8 @@ Layout: `sweep` declares every option (SweepSpec) and the request lengths; `stat
 """
 from runners.spec.modes import MODES, Point, point_count, points
 from runners.spec.options import SpecError, parse_batch_sizes
-from runners.spec.sweep import DTYPES, ENGINES, SweepSpec
+from runners.spec.sweep import DTYPES, ENGINES, SweepSpec, model_context
 from runners.spec.validate import problems, validate
 
-__all__ = ["DTYPES", "ENGINES", "MODES", "Point", "SpecError", "SweepSpec", "parse_batch_sizes", "point_count",
-           "points", "problems", "validate"]
+__all__ = ["DTYPES", "ENGINES", "MODES", "Point", "SpecError", "SweepSpec", "model_context", "parse_batch_sizes",
+           "point_count", "points", "problems", "validate"]
