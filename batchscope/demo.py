@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from runners.contract import utc_now
+
 from batchscope import config
 from batchscope.ingest import IngestReport, ingest_run
-from batchscope.runfolder import utc_now
 from batchscope.store import Store
 
 IMPORTED_KEY = "demo_imported_at"

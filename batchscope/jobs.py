@@ -18,16 +18,17 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from runners import spec as runner_spec
-from runners.continuous_spec import point_count
+from runners.spec import point_count
+from runners.contract import SPEC, STATUS, TERMINAL_STATES, new_status, parse_utc, timestamp, utc_now, write_json
 
 from batchscope import config
 from batchscope.ingest import ingest_run
-from batchscope.runfolder import TERMINAL_STATES, RunFolder, parse_utc, utc_now, write_json_atomic
+from batchscope.runfolder import RunFolder
 from batchscope.store import Store
 
 log = logging.getLogger(__name__)
@@ -81,10 +82,6 @@ def runner_alive(pid: int | None, run_id: str | None = None) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z" and b"runners" in cmdline and (run_id is None or run_id.encode() in cmdline)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.replace(tzinfo=timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -187,12 +184,10 @@ class JobManager:
         run_id = make_run_id(validated.get("name") or validated["model"], created)
         folder = self.runs_dir / run_id
         folder.mkdir(parents=True)
-        spec_out = {**validated, "run_id": run_id, "created_at": _iso(created)}
-        status = {"state": "queued", "run_id": run_id, "pid": None, "points_done": 0,
-                  "points_total": point_count(runner_spec.SweepSpec(**validated)), "current": None, "started_at": None,
-                  "heartbeat_at": None, "finished_at": None, "error": None, "stopped_early": None}
-        write_json_atomic(folder / "spec.json", spec_out)
-        write_json_atomic(folder / "status.json", status)
+        spec_out = {**validated, "run_id": run_id, "created_at": timestamp(created)}
+        status = new_status(run_id, "queued", point_count(runner_spec.SweepSpec(**validated)))
+        write_json(folder / SPEC, spec_out)
+        write_json(folder / STATUS, status)
         self.store.upsert_run(run_id, folder, spec_out, status, None, None, None)
         self._enqueue(run_id, folder, device_key(validated["device"]))
         return run_id
@@ -283,7 +278,7 @@ class JobManager:
                     continue
                 if runner_alive(pid, run_id):
                     continue
-                status.update(state="interrupted", current=None, finished_at=_iso(utc_now()),
+                status.update(state="interrupted", current=None, finished_at=timestamp(),
                               error=f"runner process {pid} ended without finishing "
                                     f"(last heartbeat {status.get('heartbeat_at')})")
                 if folder.is_relative_to(self.runs_dir):
@@ -385,8 +380,7 @@ class JobManager:
         # Record the pid at once: until the runner writes its own status (after importing torch), an
         # app restart must see a live runner here, not a queued run to launch a second time.
         status = RunFolder(folder).status() or {"run_id": run_id}
-        write_json_atomic(folder / "status.json", {**status, "state": "running", "pid": popen.pid,
-                                                   "heartbeat_at": _iso(utc_now())})
+        write_json(folder / STATUS, {**status, "state": "running", "pid": popen.pid, "heartbeat_at": timestamp()})
         return _Active(run_id, folder, popen=popen, pid=popen.pid, stderr=stderr)
 
     def _adopt(self, run_id: str, folder: Path, pid: int, spec: dict[str, Any]) -> bool:
@@ -432,7 +426,7 @@ class JobManager:
             else:
                 ending = f"killed by signal {-code}" if code is not None and code < 0 else "ended"
                 state, error = "interrupted", f"runner process {active.pid} {ending} without finishing"
-            status.update(state=state, error=error, current=None, finished_at=_iso(utc_now()))
+            status.update(state=state, error=error, current=None, finished_at=timestamp())
             run.write_status(status)
         if active.stderr is not None:
             active.stderr.close()
@@ -445,7 +439,7 @@ class JobManager:
         folder = self._folders[run_id]
         run = RunFolder(folder)
         status = run.status() or {"run_id": run_id}
-        status.update(state=state, error=error, finished_at=_iso(utc_now()))
+        status.update(state=state, error=error, finished_at=timestamp())
         run.write_status(status)
         self._ingest(folder)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import duckdb
 
-from batchscope.runfolder import utc_now
+from runners.contract import utc_now
 
 _SUMMARY_COLUMNS = """
     point_index INTEGER NOT NULL, batch_size INTEGER, status VARCHAR, error VARCHAR,
@@ -104,8 +104,13 @@ _V5_PARALLEL = [  # tensor-parallel and replicated points (runners/schemas.py PA
     "ALTER TABLE samples ADD COLUMN gpu_index INTEGER",
 ]
 
+_V6_OUTLIER_STEPS = [  # measured steps over 5× the median of their peers (runners/metrics/outliers.py)
+    "ALTER TABLE points ADD COLUMN outlier_steps BIGINT",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
-MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL]
+MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
+                               _V6_OUTLIER_STEPS]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

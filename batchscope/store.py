@@ -18,9 +18,10 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from runners.contract import parse_utc, utc_now
+
 from batchscope import config
 from batchscope.migrations import migrate
-from batchscope.runfolder import parse_utc, utc_now
 
 POINT_TABLES = ("repeats", "requests", "steps", "samples")
 _JSON_FIELDS = ("spec", "status", "env", "model", "calibration")

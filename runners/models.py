@@ -1,8 +1,7 @@
 """Load a model (preset with random weights, or a local Hugging Face checkpoint) and state its facts."""
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -42,9 +41,6 @@ class ModelInfo:
     dtype: str
     quant_logits_rel_error: float | None = None  # measured by the fast engine at load for quantised dtypes
     tensor_parallel: int = 1  # over 1, weight_bytes and kv_bytes_per_token are one rank's shard
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
 
 
 @dataclass

@@ -24,15 +24,12 @@ import torch
 import torch.distributed as dist
 
 from runners.spec import SweepSpec
+from runners.spec.parallel import world_size
 
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 TIMEOUT = timedelta(minutes=10)  # a collective a rank never joins fails after this instead of hanging
 STOP_WAIT_S = 30.0
 REPO = Path(__file__).resolve().parents[1]
-
-
-def world_size(spec: SweepSpec) -> int:
-    return max(spec.tensor_parallel, spec.replicas)
 
 
 def rank_device(device: torch.device, rank: int) -> torch.device:

@@ -31,7 +31,7 @@ SUMMARY = pa.schema(
     + [("output_tokens_per_s", F), ("output_tokens_per_s_min", F), ("output_tokens_per_s_max", F),
        ("input_tokens_per_s", F), ("prefill_tokens_per_s", F), ("requests_per_s", F),
        ("prefill_padding_waste", F), ("decode_padding_waste", F), ("active_seqs_mean", F),
-       ("active_tokens_mean", F), ("active_tokens_max", F), ("setup_ms", F)]
+       ("active_tokens_mean", F), ("active_tokens_max", F), ("setup_ms", F), ("outlier_steps", I64)]
     + [(name, I64) for name in MEMORY_PARTS]
     + [(name, F) for name in UTIL_MEANS]
     + [(f"{name}_decode", F) for name in UTIL_MEANS[:6]]

@@ -11,7 +11,7 @@ import torch
 
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
-from runners.continuous_spec import points
+from runners.spec.continuous import points
 from runners.engines.base import Batch
 from runners.engines.continuous import ContinuousEngine, buckets
 from runners.engines.fast import FastEngine

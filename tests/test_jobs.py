@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from batchscope.jobs import JobManager, device_key, make_run_id, runner_alive
-from batchscope.runfolder import RunFolder, parse_utc
+from batchscope.runfolder import RunFolder
+from runners.contract import parse_utc
 from runners.spec import SpecError
 
 QUICK = {"model": "tiny", "dtype": "float32", "device": "cpu", "batch_sizes": [1, 2], "prompt_len": "fixed:16",

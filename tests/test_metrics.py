@@ -3,7 +3,11 @@ import pytest
 
 from runners import memory
 from runners.engines.base import Batch, Generation
-from runners.metrics import RepeatResult, padding_waste, percentile, summarise
+from runners.metrics.static import padding_waste, static_repeat, summarise
+from runners.metrics.stats import percentile
+from runners.metrics.summary import Summary
+from runners.runfolder import write_parquet
+from runners.schemas import DETAIL, SUMMARY
 
 
 def test_percentile_linear_interpolation():
@@ -22,7 +26,7 @@ def _result():
     batch = Batch(prompt_ids=[[1, 2, 3, 4], [5, 6]], output_lens=[3, 1])
     gen = Generation(token_ms=[10.0, 12.0, 15.0], tokens=[[1, 1, 1], [1, 1, 1]], timing="perf_counter",
                      kv_allocated_bytes=0)
-    return RepeatResult(0, 0, batch, gen)
+    return static_repeat(0, 0, batch, gen)
 
 
 def test_request_rows():
@@ -84,3 +88,21 @@ def test_memory_split_unknown_parts_stay_unknown():
                          reserved=None, device_used=None)
     assert parts["mem_activations"] == 0  # never negative
     assert parts["mem_allocator_reserve"] is None and parts["mem_other"] is None
+
+
+def test_a_summary_key_not_in_the_schema_is_an_error_not_a_null_column():
+    s = Summary(point_index=0, status="ok")
+    with pytest.raises(KeyError, match="ouput_tokens_per_s"):
+        s.update(ouput_tokens_per_s=1.0)  # misspelled
+    with pytest.raises(KeyError, match="not summary columns"):
+        Summary(batch=4)
+    with pytest.raises(KeyError):
+        s["goodput"]
+    row = s.row()
+    assert list(row) == SUMMARY.names and row["status"] == "ok" and row["prefill_ms"] is None
+
+
+def test_a_detail_row_key_not_in_its_schema_is_an_error(tmp_path):
+    with pytest.raises(KeyError, match="durration_ms"):
+        write_parquet(tmp_path / "steps.parquet", [{"point_index": 0, "durration_ms": 1.0}], DETAIL["steps"])
+    assert not list(tmp_path.iterdir())  # nothing half-written

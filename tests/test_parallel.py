@@ -16,9 +16,10 @@ from runners import parallel
 from runners.engines.base import Batch, Generation
 from runners.engines.fast import FastEngine
 from runners.fingerprint import summarise_topology
-from runners.metrics import summarise
+from runners.metrics.replicated import batch_repeat
+from runners.metrics.static import summarise
 from runners.models import load
-from runners.replicas import combine, repeat_result, split, split_sizes
+from runners.replicas import combine, split, split_sizes
 from runners.spec import problems
 from tests.runner_helpers import read_status, run_runner, start_runner, wait_for_points
 from tests.test_fast_engine import hf_greedy, random_batch, small_model
@@ -191,7 +192,7 @@ def test_replicated_repeat_sums_rates_and_takes_percentiles_over_all_requests():
     whole = Batch(prompt_ids=a.prompt_ids + b.prompt_ids, output_lens=a.output_lens + b.output_lens)
     gen = combine([a, b], gens)
     assert gen.token_ms == [10.0, 20.0, 30.0]
-    rep = repeat_result(0, 0, whole, gen)
+    rep = batch_repeat(0, 0, whole, gen)
     assert rep.row["output_tokens_per_s"] == pytest.approx(5 / 0.030 + 2 / 0.017)
     assert rep.row["requests_per_s"] == pytest.approx(2 / 0.030 + 1 / 0.017)
     assert (rep.row["wall_ms"], rep.row["prefill_ms"], rep.row["output_tokens"]) == (30.0, 10.0, 7)

@@ -1,4 +1,4 @@
-"""How a point that fails becomes a result: Sweep._measure_point, shared by static and continuous points."""
+"""How a point that fails becomes a result: PointContext.measure, shared by every mode."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,32 +6,36 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners import cancel
+from runners import cancel, models
+from runners.metrics.summary import Summary
+from runners.modes.context import PointContext
 from runners.spec import SweepSpec
 from runners.sweep import Sweep
 
 
 @pytest.fixture
-def sweep(tmp_path: Path):
-    made = Sweep(SweepSpec(model="tiny", dtype="float32", device="cpu"), tmp_path / "run", torch.device("cpu"))
-    yield made
+def ctx(tmp_path: Path):
+    spec = SweepSpec(model="tiny", dtype="float32", device="cpu")
+    made = Sweep(spec, tmp_path / "run", torch.device("cpu"))
+    info = models.describe("tiny", models.model_config("tiny"), "float32")
+    yield PointContext(spec, torch.device("cpu"), info, None, made.folder, made.sampler, made.stage)  # no engine
     made.sampler.stop()
     made.folder.finish("done")
 
 
-def outcome(sweep: Sweep, failure: BaseException | None) -> tuple[dict, list[str]]:
+def outcome(ctx: PointContext, failure: BaseException | None) -> tuple[Summary, list[str]]:
     released: list[str] = []
 
-    def measure() -> dict:
+    def measure() -> Summary:
         if failure is not None:
             raise failure
-        return {"point_index": 2, "batch_size": 8, "status": "ok"}
+        return Summary(point_index=2, batch_size=8, status="ok")
 
-    return sweep._measure_point(2, 8, measure, lambda: released.append("released")), released
+    return ctx.measure(2, 8, measure, lambda: released.append("released")), released
 
 
-def test_a_measured_point_keeps_its_summary_and_releases_the_engine(sweep: Sweep) -> None:
-    summary, released = outcome(sweep, None)
+def test_a_measured_point_keeps_its_summary_and_releases_the_engine(ctx: PointContext) -> None:
+    summary, released = outcome(ctx, None)
     assert summary["status"] == "ok" and released == ["released"]
 
 
@@ -41,19 +45,19 @@ def test_a_measured_point_keeps_its_summary_and_releases_the_engine(sweep: Sweep
     (RuntimeError("Inductor: CUDA out of memory while compiling"), "oom"),  # wrapped: classified by its text
     (RuntimeError("shape mismatch"), "error"),
 ])
-def test_a_failure_becomes_the_points_status_and_still_releases(sweep: Sweep, failure: BaseException,
+def test_a_failure_becomes_the_points_status_and_still_releases(ctx: PointContext, failure: BaseException,
                                                                status: str) -> None:
-    summary, released = outcome(sweep, failure)
+    summary, released = outcome(ctx, failure)
     assert (summary["status"], summary["point_index"], summary["batch_size"]) == (status, 2, 8)
     assert summary["error"].startswith(type(failure).__name__) and released == ["released"]
 
 
-def test_a_cancel_goes_on_up_after_releasing(sweep: Sweep) -> None:
+def test_a_cancel_goes_on_up_after_releasing(ctx: PointContext) -> None:
     released: list[str] = []
 
-    def measure() -> dict:
+    def measure() -> Summary:
         raise cancel.Cancelled()
 
     with pytest.raises(cancel.Cancelled):
-        sweep._measure_point(0, 1, measure, lambda: released.append("released"))
+        ctx.measure(0, 1, measure, lambda: released.append("released"))
     assert released == ["released"]

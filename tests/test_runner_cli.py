@@ -168,3 +168,19 @@ def test_an_in_flight_atomic_write_of_the_app_does_not_block_the_runner(tmp_path
     result = run_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2",
                         "--repeats", "1", "--no-calibrate")
     assert result.returncode == 0, result.stderr
+
+
+def test_every_spec_option_is_a_flag_and_only_given_flags_reach_the_spec():
+    from dataclasses import fields
+
+    from runners.cli import _raw_spec, build_parser
+    from runners.spec import SweepSpec
+
+    parser = build_parser()
+    args = parser.parse_args(["sweep", "--out", "run", "--batch-sizes", "1,2", "--no-calibrate", "--max-num-seqs", "4",
+                              "--tensor-parallel", "2"])
+    assert _raw_spec(args) == {"batch_sizes": "1,2", "calibrate": False, "max_num_seqs": "4", "tensor_parallel": "2"}
+    sweep_help = next(a for a in parser._actions if a.dest == "command").choices["sweep"].format_help()
+    for f in fields(SweepSpec):
+        flag = f"--no-{f.name}" if f.default is True else f"--{f.name}"
+        assert flag.replace("_", "-") in sweep_help, f.name

@@ -1,11 +1,11 @@
 """Hand-checked utilisation means and energy of one point from tagged telemetry samples."""
 import pytest
 
+from runners.metrics.utilisation import Window, tag_samples, utilisation
 from runners.schemas import UTIL_MEANS
-from runners.sweep import Sweep, _utilisation
 
-WINDOW = [(0, 100.0, 100.5, 102.0)]  # repeat 0 ran from host time 100 s to 102 s; first token at 100.5 s
-SUMMARY = {"point_index": 3, "batch_size": 4, "output_len_mean": 10.0, "repeats": 1}  # 40 output tokens
+WINDOW = [Window(0, 100.0, 100.5, 102.0)]  # repeat 0 ran from host time 100 s to 102 s; first token at 100.5 s
+POINT, TOKENS = 3, 40  # point 3 produced 40 output tokens in its measured repeats
 
 
 def sample(point: int, stage: str, repeat: int, phase: str, power: float, util: float, gpu: int | None = None):
@@ -23,7 +23,7 @@ def test_only_samples_inside_the_repeats_count():
         sample(3, "measure", 0, "decode", 400.0, 100.0),
         sample(3, "measure", 0, "decode", 400.0, 100.0),
     ]
-    out = _utilisation(samples, SUMMARY, WINDOW)
+    out = utilisation(samples, POINT, WINDOW, TOKENS)
     assert out["energy_j"] == pytest.approx(800.0)          # 400 W × 2 s
     assert out["energy_per_output_token_j"] == pytest.approx(20.0)  # 800 J / 40 tokens
     assert out["gpu_util_pct"] == pytest.approx(290 / 3)    # mean of 90, 100, 100
@@ -32,24 +32,25 @@ def test_only_samples_inside_the_repeats_count():
 
 def test_an_online_point_counts_its_requests_not_its_batch_limit():
     samples = [sample(3, "measure", 0, "decode", 400.0, 100.0)]
-    # 400 W × 2 s = 800 J over 10 tokens × 20 requests (not × the batch limit of 4)
-    assert _utilisation(samples, SUMMARY, WINDOW, requests_per_repeat=20)["energy_per_output_token_j"] == 4.0
+    # 400 W × 2 s = 800 J over 10 tokens × 20 requests (not × the batch limit of 4): the caller passes
+    # every output token of the measured repeats
+    assert utilisation(samples, POINT, WINDOW, 10 * 20)["energy_per_output_token_j"] == 4.0
 
 
 def test_energy_sums_every_gpu():
     samples = [sample(3, "measure", 0, "decode", 400.0, 100.0, gpu=0),
                sample(3, "measure", 0, "decode", 200.0, 100.0, gpu=1)]
-    assert _utilisation(samples, SUMMARY, WINDOW)["energy_j"] == pytest.approx(1200.0)  # (400 + 200) W × 2 s
+    assert utilisation(samples, POINT, WINDOW, TOKENS)["energy_j"] == pytest.approx(1200.0)  # (400 + 200) W × 2 s
 
 
 def test_a_repeat_too_short_to_sample_keeps_means_but_no_energy():
     samples = [sample(2, "measure", -1, "idle", 50.0, 5.0), sample(3, "measure", -1, "idle", 300.0, 70.0)]
-    out = _utilisation(samples, SUMMARY, WINDOW)
+    out = utilisation(samples, POINT, WINDOW, TOKENS)
     assert out["energy_j"] is None and out["energy_per_output_token_j"] is None
     assert out["gpu_util_pct"] == 70.0  # this point's measure-stage sample only, not the previous point's
 
 
 def test_samples_are_tagged_by_repeat_window_and_first_token():
     rows = [{"host_t": t, "stage": "measure", "t_s": t} for t in (99.0, 100.2, 101.0, 103.0)]
-    tagged = Sweep._tag_samples(rows, WINDOW)
+    tagged = tag_samples(rows, WINDOW)
     assert [(r["repeat"], r["phase"]) for r in tagged] == [(-1, "idle"), (0, "prefill"), (0, "decode"), (-1, "idle")]

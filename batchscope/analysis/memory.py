@@ -5,8 +5,8 @@ import pandas as pd
 
 from batchscope.analysis.axis import sweep_x
 from batchscope.analysis.marker import pct
-from runners.continuous_spec import longest_request
-from runners.continuous_spec import points as continuous_points
+from runners.spec.continuous import longest_request
+from runners.spec.continuous import points as continuous_points
 from runners.kv_layout import cache_len
 from runners.spec import SweepSpec
 

@@ -11,7 +11,7 @@ import pandas as pd
 from batchscope.analysis import SLO, Analysis, analyse, memory_split
 from batchscope.analysis.axis import AXES, SweepAxis, sweep_x
 from batchscope.store import Store
-from runners.continuous_spec import points as continuous_points
+from runners.spec.continuous import points as continuous_points
 from runners.spec import SweepSpec
 
 LIVE_STATES = frozenset({"queued", "running"})

@@ -1,5 +1,5 @@
-"""Checks of `tensor_parallel` and `replicas` (torch-free, like runners.spec; GPU counts are checked in
-runners.devices once the device is known)."""
+"""Several processes in the spec: `tensor_parallel` and `replicas`, checked torch-free (GPU counts are
+checked in runners.devices once the device is known)."""
 from __future__ import annotations
 
 import json
@@ -8,6 +8,12 @@ from typing import Any
 
 from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES
+from runners.spec.sweep import SweepSpec
+
+
+def world_size(spec: SweepSpec) -> int:
+    """Processes the sweep runs: one per rank (tensor parallel) or per replica."""
+    return max(spec.tensor_parallel, spec.replicas)
 
 
 def model_shape(model: str) -> dict[str, int]:
@@ -18,8 +24,8 @@ def model_shape(model: str) -> dict[str, int]:
             "intermediate size": int(config["intermediate_size"])}
 
 
-def check_parallel(spec: Any, found: dict[str, str]) -> None:
-    """Record problems in `found` (field → message), as runners.spec does for every other option."""
+def check(spec: SweepSpec, found: dict[str, str]) -> None:
+    """Record problems in `found` (field → message), as the mode checks do."""
     tp, rep = spec.tensor_parallel, spec.replicas
     if tp > 1 and rep > 1:
         found.setdefault("replicas", "tensor_parallel and replicas are different experiments: set only one above 1")

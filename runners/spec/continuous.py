@@ -1,25 +1,13 @@
-"""The continuous-batching options of a sweep spec: parsing, per-field checks, and the swept points.
-
-Torch-free like runners.spec, which calls `check_continuous` for `mode: continuous`. Options:
-- `max_num_seqs`: running-batch limit (slots of the KV cache); a list sweeps it.
-- `arrival`: open loop, `poisson:RATE` requests/s, or `poisson:R1,R2,...` to sweep the rate.
-- `concurrency`: closed loop of N clients, each sending its next request when the last one ends.
-- `num_requests`: requests per repeat (the same seeded workload at every point).
-- `max_num_batched_tokens`: per-step token budget (prefill chunk tokens + one per decoding row).
-- `kv_cache_tokens`: cap on KV tokens reserved by admitted requests (prompt + output); 0 = the
-  whole static cache (slots × its length), which never binds.
-- `slo_metric` (ttft|itl|e2e, itl = the request's mean gap) and `slo_ms`: a request meets the SLO
-  when its metric is at most slo_ms; goodput counts those per second.
-"""
+"""Continuous batching in the spec: the load (arrival rate or clients), the batch limit, and which of
+them the sweep varies. The options themselves are declared, with their meaning, on SweepSpec."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from runners.spec import SLO_METRICS, SpecError, SweepSpec, parse_batch_sizes, set_whole_numbers
-
-AXES = ("max_num_seqs", "arrival_rate", "concurrency")
+from runners.spec.options import SpecError, parse_batch_sizes, record, set_whole_numbers
+from runners.spec.sweep import SLO_METRICS, SweepSpec, check_context
 
 
 @dataclass(frozen=True)
@@ -29,7 +17,8 @@ class ContinuousPoint:
     max_num_seqs: int
     arrival_rate: float | None  # requests/s (open loop), or None for a closed loop
     concurrency: int | None  # clients (closed loop), or None for Poisson arrivals
-    axis: str  # which of AXES the sweep varies
+    axis: str  # the option the sweep varies: max_num_seqs, arrival_rate or concurrency
+    larger = "larger values"  # what an OOM stop leaves out
 
     @property
     def value(self) -> float:
@@ -40,6 +29,10 @@ class ContinuousPoint:
     def batch_size(self) -> int:
         """What the static charts key on: the concurrency of a concurrency sweep, else max_num_seqs."""
         return self.concurrency if self.axis == "concurrency" else self.max_num_seqs
+
+    @property
+    def label(self) -> str:
+        return f"{self.axis} {self.value:g}"
 
 
 def parse_arrival(value: Any) -> list[float]:
@@ -70,27 +63,24 @@ def points(spec: SweepSpec) -> list[ContinuousPoint]:
     return [ContinuousPoint(m, r, c, axis) for m in spec.max_num_seqs for r in rates for c in clients]
 
 
-def check_continuous(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], context: int | None) -> None:
-    """Parse the continuous options into `spec`, recording every problem by field in `found`."""
-    def check(name: str, fn) -> Any:
-        try:
-            return fn()
-        except SpecError as err:
-            found.setdefault(err.field, err.message)
-        return None
+def longest_request(spec: SweepSpec) -> int:
+    """The most KV tokens (prompt + output) any request of the workload holds: a slot's length."""
+    return spec.longest_request(spec.num_requests)
 
+
+def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], context: int | None) -> None:
+    """Parse the continuous options into `spec`, recording every problem by field in `found`."""
     if spec.engine != "fast":
         found.setdefault("engine", "continuous mode runs on the fast engine")
-    seqs = check("max_num_seqs", lambda: _sizes(values.get("max_num_seqs", spec.max_num_seqs), "max_num_seqs"))
+    seqs = record(found, "max_num_seqs", lambda: _sizes(values.get("max_num_seqs", spec.max_num_seqs), "max_num_seqs"))
     if seqs:
         spec.max_num_seqs = seqs
+    rates = None
     if values.get("arrival") not in (None, ""):
         spec.arrival = str(values["arrival"]).strip()
-        rates = check("arrival", lambda: parse_arrival(spec.arrival))
-    else:
-        rates = None
+        rates = record(found, "arrival", lambda: parse_arrival(spec.arrival))
     if values.get("concurrency") not in (None, "", []):
-        clients = check("concurrency", lambda: _sizes(values["concurrency"], "concurrency"))
+        clients = record(found, "concurrency", lambda: _sizes(values["concurrency"], "concurrency"))
         if clients:
             spec.concurrency = clients
     if spec.arrival and spec.concurrency:
@@ -107,6 +97,16 @@ def check_continuous(spec: SweepSpec, values: dict[str, Any], found: dict[str, s
         found.setdefault("max_num_batched_tokens", f"max_num_batched_tokens ({spec.max_num_batched_tokens}) "
                                                    f"must be ≥ max_num_seqs ({max(spec.max_num_seqs)}): every "
                                                    f"running sequence decodes one token per step")
+    _check_slo(spec, values, found)
+    if not {"prompt_len", "output_len", "num_requests", "kv_cache_tokens"} & set(found):
+        longest = longest_request(spec)
+        record(found, "prompt_len", lambda: check_context(longest, context))
+        if spec.kv_cache_tokens and longest > spec.kv_cache_tokens:
+            found.setdefault("kv_cache_tokens", f"kv_cache_tokens ({spec.kv_cache_tokens}) cannot hold the "
+                                                f"longest request ({longest} tokens), which would wait forever")
+
+
+def _check_slo(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
     if "slo_metric" in values:
         spec.slo_metric = str(values["slo_metric"]).strip()
     if spec.slo_metric not in SLO_METRICS:
@@ -118,30 +118,8 @@ def check_continuous(spec: SweepSpec, values: dict[str, Any], found: dict[str, s
             found.setdefault("slo_ms", f"not a number: {values['slo_ms']!r}")
         if not (math.isfinite(spec.slo_ms) and spec.slo_ms > 0):
             found.setdefault("slo_ms", f"slo_ms must be a positive number of milliseconds, got {spec.slo_ms}")
-    if not {"prompt_len", "output_len", "num_requests", "kv_cache_tokens"} & set(found):
-        longest = longest_request(spec)
-        if context and longest > context:
-            found.setdefault("prompt_len", f"prompt + output reaches {longest} tokens, over the model's "
-                                           f"context of {context}")
-        if spec.kv_cache_tokens and longest > spec.kv_cache_tokens:
-            found.setdefault("kv_cache_tokens", f"kv_cache_tokens ({spec.kv_cache_tokens}) cannot hold the "
-                                                f"longest request ({longest} tokens), which would wait forever")
 
 
 def _sizes(value: Any, name: str) -> list[int]:
     """A single number (4, "4") or anything parse_batch_sizes takes."""
     return parse_batch_sizes([value] if isinstance(value, (int, float)) else value, name)
-
-
-def longest_request(spec: SweepSpec) -> int:
-    """The most KV tokens (prompt + output) any request of any repeat will hold."""
-    longest = 0
-    for repeat in spec.repeat_indices():
-        prompts, outputs = spec.request_lengths(spec.num_requests, repeat)
-        longest = max(longest, max(p + o for p, o in zip(prompts, outputs)))
-    return longest
-
-
-def point_count(spec: SweepSpec) -> int:
-    """Planned points of any sweep: batch sizes for static, swept values for continuous."""
-    return len(points(spec)) if spec.mode == "continuous" else len(spec.batch_sizes)

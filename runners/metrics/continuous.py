@@ -1,0 +1,72 @@
+"""Continuous-batching metrics: request, step and repeat rows from one served workload, and the point's
+summary over its repeats (the base summary, plus queueing, goodput and KV occupancy)."""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runners.engines.continuous import RunResult
+from runners.metrics import summary
+from runners.metrics.repeat import Repeat, repeat_row, request_row
+from runners.metrics.stats import percentile
+from runners.schemas import PERCENTILES
+
+
+@dataclass
+class ContinuousRepeat(Repeat):
+    goodput_rps: float  # requests meeting the SLO ÷ wall time
+    admission_waits: int  # steps in which the queue's head waited only for KV capacity
+
+
+def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: RunResult, slo_metric: str,
+                      slo_ms: float) -> ContinuousRepeat:
+    """One served workload as rows; times in ms from the repeat's start, latencies from each arrival."""
+    base = {"point_index": point_index, "repeat": repeat, "batch_size": batch_size}
+    requests, itl = [], []
+    met = 0
+    for r in result.requests:
+        ms = [t * 1e3 for t in r.token_s]
+        gaps = [b - a for a, b in zip(ms, ms[1:])]
+        itl.extend(gaps)
+        arrival = r.arrival_s * 1e3
+        row = request_row(base, r.index, r.prompt_len, r.output_len, r.admit_s * 1e3 - arrival, ms[0] - arrival,
+                          ms[-1] - arrival, gaps)
+        value = row["itl_ms_mean"] if slo_metric == "itl" else row[f"{slo_metric}_ms"]
+        met += value is None or value <= slo_ms  # a one-token request has no gap to miss
+        requests.append(row)
+    steps = [{
+        "point_index": point_index, "repeat": repeat, "step_index": k,
+        "phase": "mixed" if s.prefill_tokens and s.decode_tokens else "prefill" if s.prefill_tokens else "decode",
+        "start_ms": s.start_s * 1e3, "duration_ms": (s.end_s - s.start_s) * 1e3, "active_seqs": s.running,
+        "active_tokens": s.kv_tokens, "batch_rows": s.rows, "prefill_tokens": s.prefill_tokens,
+        "decode_tokens": s.decode_tokens,
+    } for k, s in enumerate(result.steps)]
+    wall_ms = result.steps[-1].end_s * 1e3
+    row = repeat_row(base, wall_ms, sum(s["duration_ms"] for s in steps if s["prefill_tokens"]),
+                     sum(s["duration_ms"] for s in steps if not s["prefill_tokens"]),
+                     sum(r.output_len for r in result.requests), sum(r.prompt_len for r in result.requests),
+                     len(result.requests))
+    return ContinuousRepeat(requests, steps, row, itl, met / (wall_ms / 1e3), result.admission_waits)
+
+
+def summarise(point_index: int, batch_size: int, repeats: Sequence[ContinuousRepeat], warmup: int,
+              kv_capacity: int, slo_metric: str, slo_ms: float) -> summary.Summary:
+    """The base summary; prefill_ms is the median time of steps that carried prefill, active rows and KV
+    occupancy are over all steps, and the host's clock times every step (after a device sync)."""
+    out = summary.base(point_index, batch_size, repeats, warmup, "perf_counter")
+    requests = [r for rep in repeats for r in rep.requests]
+    steps = [s for rep in repeats for s in rep.steps]
+    rows_run = sum(s["batch_rows"] for s in steps)
+    occupancy = [s["active_tokens"] / kv_capacity for s in steps]
+    out.update(
+        prefill_ms=percentile([s["duration_ms"] for s in steps if s["prefill_tokens"]], 50),
+        prefill_padding_waste=0.0,  # one request per prefill: nothing is padded
+        decode_padding_waste=1.0 - sum(s["decode_tokens"] for s in steps) / rows_run if rows_run else 0.0,
+        **summary.active(steps),
+        goodput_rps=statistics.median(rep.goodput_rps for rep in repeats),
+        goodput_slo=f"{slo_metric}<={slo_ms:g}ms", kv_capacity_tokens=kv_capacity,
+        kv_occupancy_mean=statistics.fmean(occupancy), kv_occupancy_max=max(occupancy),
+        admission_waits=sum(rep.admission_waits for rep in repeats),
+        **{f"queue_ms_p{p}": percentile([r["queue_ms"] for r in requests], p) for p in PERCENTILES})
+    return out

@@ -1,0 +1,37 @@
+"""One measured repeat in the shape every mode produces (static, continuous, replicated): its request,
+step and repeat rows for the point files, and every inter-token gap for the ITL percentiles."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from runners.metrics.stats import percentile
+
+Row = dict[str, Any]
+
+
+@dataclass
+class Repeat:
+    requests: list[Row]  # runners.schemas DETAIL["requests"] rows
+    steps: list[Row]  # DETAIL["steps"] rows
+    row: Row  # the DETAIL["repeats"] row
+    itl: list[float]  # every gap between two tokens of one request, in ms
+
+
+def request_row(base: Row, index: int, prompt_len: int, output_len: int, queue_ms: float, ttft_ms: float,
+                e2e_ms: float, gaps: list[float]) -> Row:
+    """A request's row; `gaps` are its inter-token times (none for a one-token request)."""
+    return {**base, "request_index": index, "prompt_len": prompt_len, "output_len": output_len,
+            "queue_ms": queue_ms, "ttft_ms": ttft_ms, "e2e_ms": e2e_ms,
+            "itl_ms_mean": statistics.fmean(gaps) if gaps else None, "itl_ms_p95": percentile(gaps, 95)}
+
+
+def repeat_row(base: Row, wall_ms: float, prefill_ms: float, decode_ms: float, output_tokens: int,
+               input_tokens: int, requests: int) -> Row:
+    """A repeat's totals and its rates over the wall time."""
+    wall_s = wall_ms / 1e3
+    return {**base, "wall_ms": wall_ms, "prefill_ms": prefill_ms, "decode_ms": decode_ms,
+            "output_tokens": output_tokens, "input_tokens": input_tokens,
+            "output_tokens_per_s": output_tokens / wall_s, "input_tokens_per_s": input_tokens / wall_s,
+            "requests_per_s": requests / wall_s}

@@ -1,0 +1,75 @@
+"""Utilisation means and energy of one point, from the telemetry samples taken while it ran."""
+from __future__ import annotations
+
+import statistics
+from typing import Any, NamedTuple
+
+from runners.schemas import UTIL_MEANS
+
+Sample = dict[str, Any]
+
+
+class Window(NamedTuple):
+    """A measured repeat on the host clock (perf_counter seconds): start, first token, end."""
+
+    repeat: int
+    start: float
+    first_token: float
+    end: float
+
+
+def tag_samples(rows: list[Sample], windows: list[Window]) -> list[Sample]:
+    """Repeat and phase from the device timeline: prefill until the first token, decode after.
+
+    The host-side `stage` stays on each row until the point is summarised, then is dropped.
+    """
+    for row in rows:
+        stage, host_t = row["stage"], row.pop("host_t")
+        row["repeat"], row["phase"] = -1, "idle" if stage == "measure" else stage
+        for repeat, start, first_token, end in windows:
+            if start <= host_t <= end:
+                row["repeat"] = repeat
+                row["phase"] = "prefill" if host_t <= first_token else "decode"
+                break
+    return rows
+
+
+def utilisation(samples: list[Sample], point_index: int, windows: list[Window], output_tokens: int) -> dict[str, Any]:
+    """Means over the samples inside this point's measured repeats (and over decode only; with several
+    GPUs, over all of them); energy = each GPU's mean power inside a repeat × the repeat's length, summed.
+
+    Samples from the stages around the repeats (setup, graph capture, warm-up, the previous point's
+    tail) never count. A repeat shorter than the sampling period (a tiny CPU batch) may hold no sample:
+    then this point's measure-stage samples stand in for the means, and energy is left unknown.
+    Energy per output token divides by `output_tokens`, every token the measured repeats produced.
+    """
+    own = [s for s in samples if s["point_index"] == point_index]
+    in_repeats = [s for s in own if s["repeat"] >= 0]
+    measured = in_repeats or [s for s in own if s["stage"] == "measure"]
+    decode = [s for s in measured if s["phase"] == "decode"]
+
+    def mean(rows: list[Sample], key: str) -> float | None:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return statistics.fmean(values) if values else None
+
+    out: dict[str, Any] = {name: mean(measured, name) for name in UTIL_MEANS}
+    out.update({f"{name}_decode": mean(decode, name) for name in UTIL_MEANS[:6]})
+    out["cpu_pct"] = mean(measured, "cpu_pct")
+    out["rss_bytes_max"] = max((s["rss_bytes"] for s in measured), default=None)
+    out["util_source"] = samples[0]["source"] if samples else None
+    out["energy_j"] = _energy(in_repeats, windows)
+    out["energy_per_output_token_j"] = (out["energy_j"] / output_tokens
+                                        if out["energy_j"] is not None and output_tokens else None)
+    return out
+
+
+def _energy(in_repeats: list[Sample], windows: list[Window]) -> float | None:
+    """Σ over repeats and GPUs of mean power × repeat length; None when any repeat has no power sample."""
+    total = 0.0
+    for repeat, start, _, end in windows:
+        rows = [s for s in in_repeats if s["repeat"] == repeat and s["power_w"] is not None]
+        if not rows:
+            return None
+        for gpu in {s.get("gpu_index") for s in rows}:
+            total += statistics.fmean(s["power_w"] for s in rows if s.get("gpu_index") == gpu) * (end - start)
+    return total if windows else None

@@ -1,0 +1,168 @@
+"""What a mode's `run_point` works with: the sweep's spec, model facts and engine, stage reporting,
+the memory baseline and split, the failure guard, and the write-out of a point's files.
+
+Public and typed, so a new mode needs nothing private from the sweep. `PointContext.run` composes the
+pieces for a point that sets up once and runs its repeats (both modes so far); a mode whose points
+have another shape calls the pieces itself.
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import torch
+
+from runners import cancel, fingerprint, memory
+from runners.engines.base import Engine
+from runners.metrics.repeat import Repeat
+from runners.metrics.summary import Summary, failed
+from runners.metrics.utilisation import Window, tag_samples, utilisation
+from runners.models import ModelInfo
+from runners.progress import Progress
+from runners.runfolder import RunWriter
+from runners.spec import Point, SweepSpec
+from runners.telemetry import Sampler, rss_bytes
+
+OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
+R = TypeVar("R", bound=Repeat)
+
+
+class PointRun(Protocol[R]):
+    """One point's engine work as a mode does it; PointContext.run drives it through the stages."""
+
+    columns: dict[str, Any]  # summary columns that describe the point whatever its outcome
+
+    def setup(self) -> float:
+        """Allocate and warm this point's shape; returns its seconds."""
+        ...
+
+    def repeat(self, repeat: int) -> tuple[R, Window]:
+        """Run one repeat (warm-up ones are numbered below zero) and say when it ran on the host clock."""
+        ...
+
+    def summarise(self, repeats: list[R]) -> Summary: ...
+
+    def kv_bytes(self, repeats: list[R]) -> tuple[int, int]:
+        """KV cache bytes allocated, and used at the most."""
+        ...
+
+    def release(self) -> None: ...
+
+    def done(self, summary: Summary) -> str:
+        """What a measured point achieved, for the log."""
+        ...
+
+
+@dataclass
+class Stages:
+    """Where the sweep is, told to the status file, the sampler (which tags its samples by it) and the
+    terminal's progress bar."""
+
+    folder: RunWriter
+    sampler: Sampler
+    progress: Progress
+    repeats: int
+
+    def __call__(self, index: int, batch_size: int | None, stage: str, repeat: int | None = None) -> None:
+        self.sampler.set_context(index, stage)
+        self.folder.update(current={"point_index": index if index >= 0 else None, "batch_size": batch_size,
+                                    "stage": stage, "repeat": repeat})
+        self.progress.show(index, batch_size, stage, repeat, self.repeats)
+
+
+@dataclass
+class PointContext:
+    """One sweep's instruments, handed to every point of it."""
+
+    spec: SweepSpec
+    device: torch.device
+    info: ModelInfo  # the model's facts as model.json states them (the engine's included)
+    engine: Engine
+    folder: RunWriter
+    sampler: Sampler
+    stage: Stages
+
+    def run(self, index: int, point: Point, work: PointRun[R]) -> Summary:
+        """Setup, warm-up and measured repeats under the failure guard, then the memory split, the
+        point's columns and its files."""
+        rss_before = self.memory_baseline()
+        repeats: list[R] = []
+        windows: list[Window] = []
+        setup_s = 0.0
+
+        def measure() -> Summary:
+            nonlocal setup_s
+            self.stage(index, point.batch_size, "setup")
+            setup_s = work.setup()
+            for repeat in self.spec.repeat_indices():
+                self.stage(index, point.batch_size, "warmup" if repeat < 0 else "measure", max(repeat, 0))
+                result, window = work.repeat(repeat)
+                if repeat >= 0:
+                    repeats.append(result)
+                    windows.append(window)
+            summary = work.summarise(repeats)
+            summary.update(**self.memory(*work.kv_bytes(repeats), rss_before))
+            return summary
+
+        summary = self.measure(index, point.batch_size, measure, work.release)
+        summary.update(setup_ms=setup_s * 1000.0, **work.columns)
+        return self.write(index, point, summary, repeats, windows, work.done)
+
+    def memory_baseline(self) -> int:
+        """Start a point's memory accounting: reset the allocator's peaks; returns the RSS before it."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return rss_bytes()
+
+    def memory(self, kv_allocated: int, kv_used: int, rss_before: int) -> dict[str, int | None]:
+        """The memory split from the allocator's peaks on a GPU, or from the RSS growth on a CPU."""
+        weights = self.info.weight_bytes
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            return memory.split(capacity=total, weights=weights, kv_allocated=kv_allocated, kv_used=kv_used,
+                                peak_allocated=torch.cuda.max_memory_allocated(self.device),
+                                reserved=torch.cuda.max_memory_reserved(self.device), device_used=total - free)
+        growth = max(0, self.sampler.peak_rss() - rss_before)  # RSS growth holds KV too
+        return memory.split(capacity=fingerprint.total_ram(), weights=weights, kv_allocated=kv_allocated,
+                            kv_used=kv_used, peak_allocated=weights + growth, reserved=None, device_used=None)
+
+    def measure(self, index: int, batch_size: int, measure: Callable[[], Summary],
+                release: Callable[[], None]) -> Summary:
+        """`measure()`'s summary; an OOM or error becomes the point's status instead, a cancel goes on up,
+        and the engine's buffers are released whatever happened."""
+        try:
+            return measure()
+        except OOM_ERRORS as err:
+            return failed(index, batch_size, "oom", err, self.spec.warmup)
+        except cancel.Cancelled:
+            self.sampler.drain()
+            raise
+        except RuntimeError as err:  # compilers wrap an OOM in their own errors: classify by the text
+            status = "oom" if "out of memory" in str(err).lower() else "error"
+            return failed(index, batch_size, status, err, self.spec.warmup)
+        finally:
+            release()
+            gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def write(self, index: int, point: Point, summary: Summary, repeats: Sequence[Repeat], windows: list[Window],
+              done: Callable[[Summary], str]) -> Summary:
+        """Utilisation from the point's samples, then its files (detail rows only for a measured point)
+        and a log line; `done(summary)` says what a measured point achieved."""
+        kept = list(repeats) if summary.ok else []
+        samples = tag_samples(self.sampler.drain(), windows)
+        summary.update(**utilisation(samples, index, windows, sum(rep.row["output_tokens"] for rep in kept)))
+        for row in samples:
+            del row["stage"]
+        parts = {"samples": samples}
+        if kept:
+            parts.update(requests=[r for rep in kept for r in rep.requests],
+                         steps=[s for rep in kept for s in rep.steps], repeats=[rep.row for rep in kept])
+        self.folder.write_point(index, parts, summary.row())
+        self.folder.log(f"point {index} {point.label}: {summary['status']} "
+                        + (done(summary) if summary.ok else summary["error"]))
+        return summary

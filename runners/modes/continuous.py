@@ -1,0 +1,76 @@
+"""Continuous batching (online serving): every point serves the same seeded workload through a slot
+cache of max_num_seqs rows, with its arrival rate or clients (DESIGN §2)."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from runners import workload
+from runners.engines.base import Engine
+from runners.engines.continuous import ContinuousEngine
+from runners.engines.fast import FastEngine
+from runners.metrics.continuous import ContinuousRepeat, continuous_repeat, summarise
+from runners.metrics.summary import Summary
+from runners.metrics.utilisation import Window
+from runners.modes.context import PointContext
+from runners.spec.continuous import ContinuousPoint, longest_request
+
+
+def run_point(ctx: PointContext, index: int, point: ContinuousPoint) -> Summary:
+    return ctx.run(index, point, ContinuousRun(ctx, index, point))
+
+
+def serving_engine(engine: Engine, device: torch.device) -> ContinuousEngine:
+    """A slot-cache engine over the static engine's decoder: only `fast` has one to share."""
+    if not isinstance(engine, FastEngine):
+        raise ValueError(f"continuous mode runs on the fast engine, not {engine.name}")
+    return ContinuousEngine(engine.decoder, device, graphs=engine.graphs)
+
+
+class ContinuousRun:
+    """The workload's requests arrive by rate or clients; the slot cache holds the longest of them."""
+
+    def __init__(self, ctx: PointContext, index: int, point: ContinuousPoint) -> None:
+        spec = ctx.spec
+        self.ctx, self.index, self.point = ctx, index, point
+        self.work = {r: workload.draw(spec, spec.num_requests, r, ctx.info.vocab, workload.CONTINUOUS)
+                     for r in spec.repeat_indices()}
+        self.arrivals = (dict(rate=point.arrival_rate) if point.arrival_rate is not None
+                         else dict(concurrency=point.concurrency))
+        self.served = serving_engine(ctx.engine, ctx.device)
+        self.release = self.served.release
+        self.capacity = 0
+        self.columns = {"sweep_axis": point.axis, "sweep_value": point.value, "max_num_seqs": point.max_num_seqs,
+                        "arrival_rate": point.arrival_rate, "concurrency": point.concurrency}
+
+    def setup(self) -> float:
+        spec = self.ctx.spec
+        seconds = self.served.setup(self.point.max_num_seqs, longest_request(spec), spec.max_num_batched_tokens)
+        self.capacity = spec.kv_cache_tokens or self.served.slots * self.served.max_len
+        return seconds
+
+    def repeat(self, repeat: int) -> tuple[ContinuousRepeat, Window]:
+        spec, batch = self.ctx.spec, self.work[repeat]
+        start = time.perf_counter()
+        result = self.served.run(batch.prompt_ids, batch.output_lens,
+                                 {**self.arrivals, "seed": workload.arrival_seed(spec, repeat)},
+                                 spec.max_num_batched_tokens, self.capacity)
+        # steps mix prefill and decode, so a measured repeat's samples are all tagged decode
+        window = Window(repeat, start, start, start + result.steps[-1].end_s)
+        return continuous_repeat(self.index, repeat, self.point.batch_size, result, spec.slo_metric,
+                                 spec.slo_ms), window
+
+    def summarise(self, repeats: list[ContinuousRepeat]) -> Summary:
+        spec = self.ctx.spec
+        return summarise(self.index, self.point.batch_size, repeats, spec.warmup, self.capacity, spec.slo_metric,
+                         spec.slo_ms)
+
+    def kv_bytes(self, repeats: list[ContinuousRepeat]) -> tuple[int, int]:
+        """The slot cache is KV allocated; the most KV ever held is KV used."""
+        held = max(s["active_tokens"] for rep in repeats for s in rep.steps)
+        return self.served.kv_bytes, held * self.ctx.info.kv_bytes_per_token
+
+    def done(self, summary: Summary) -> str:
+        return (f"{summary['output_tokens_per_s']:.1f} out tok/s, goodput {summary['goodput_rps']:.2f} req/s, "
+                f"{summary['admission_waits']} admission waits")

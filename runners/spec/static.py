@@ -1,0 +1,31 @@
+"""Static batching in the spec: a point per batch size, and the context every drawn batch must fit."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runners.spec.options import record
+from runners.spec.sweep import SweepSpec, check_context
+
+
+@dataclass(frozen=True)
+class StaticPoint:
+    """One batch size of a static sweep."""
+
+    batch_size: int
+    larger = "larger batches"  # what an OOM stop leaves out
+
+    @property
+    def label(self) -> str:
+        return f"batch {self.batch_size}"
+
+
+def points(spec: SweepSpec) -> list[StaticPoint]:
+    return [StaticPoint(b) for b in spec.batch_sizes]
+
+
+def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], context: int | None) -> None:
+    """Prompt + output must fit the model's context for every request the sweep will draw."""
+    if context and not {"prompt_len", "output_len", "batch_sizes"} & set(found):
+        record(found, "prompt_len", lambda: check_context(max(spec.longest_request(b) for b in spec.batch_sizes),
+                                                          context))

@@ -1,0 +1,103 @@
+"""A raw spec (CLI flags, spec.json, the New sweep form) → a SweepSpec, or every problem by field."""
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from runners import distributions
+from runners.presets import PRESETS
+from runners.quant_layout import QUANT_DTYPES, QUANT_ENGINES
+from runners.spec import parallel
+from runners.spec.modes import MODE_SPECS, MODES
+from runners.spec.options import SpecError, parse_batch_sizes, record, set_whole_numbers
+from runners.spec.sweep import DTYPES, ENGINES, MIN_TELEMETRY_HZ, ON_OOM, SweepSpec, model_context
+
+
+def problems(raw: dict[str, Any], model_roots: list[Path] | None = None) -> dict[str, str]:
+    """Every problem in a spec dict, keyed by field; empty when the spec is valid."""
+    found: dict[str, str] = {}
+    try:
+        _build(raw, model_roots, found)
+    except SpecError as err:
+        found.setdefault(err.field, err.message)
+    return found
+
+
+def validate(raw: dict[str, Any], model_roots: list[Path] | None = None) -> SweepSpec:
+    """The spec with defaults filled in, or SpecError naming the first bad field."""
+    found: dict[str, str] = {}
+    spec = _build(raw, model_roots, found)
+    if found:
+        name, message = next(iter(found.items()))
+        raise SpecError(name, message)
+    return spec
+
+
+def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str, str]) -> SweepSpec:
+    known = {f.name for f in fields(SweepSpec)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        found["spec"] = f"unknown option(s): {', '.join(unknown)}"
+    values = {k: v for k, v in raw.items() if k in known and v is not None}
+    model = str(values.get("model") or "").strip()
+    context = record(found, "model", lambda: _check_model(model, model_roots))
+    spec = SweepSpec(model=model)
+    for name in ("dtype", "engine", "mode", "on_oom", "device", "name", "prompt_len", "output_len"):
+        if name in values:
+            setattr(spec, name, str(values[name]).strip())
+    _check_choice(spec.dtype, DTYPES, "dtype", found)
+    _check_choice(spec.engine, ENGINES, "engine", found)
+    if spec.dtype in QUANT_DTYPES and spec.engine in ENGINES and spec.engine not in QUANT_ENGINES:
+        found.setdefault("engine", f"dtype {spec.dtype} quantises weights inside the "
+                                   f"{' or '.join(QUANT_ENGINES)} engine; {spec.engine} cannot run it")
+    _check_choice(spec.mode, MODES, "mode", found)
+    _check_choice(spec.on_oom, ON_OOM, "on_oom", found)
+    if spec.device != "auto" and spec.device != "cpu" and not (spec.device == "cuda" or spec.device.startswith("cuda:")):
+        found.setdefault("device", f"device must be auto, cpu, cuda or cuda:N: {spec.device!r}")
+    set_whole_numbers(spec, values, (("repeats", 1), ("warmup", 0), ("seed", 0), ("max_batch_size", 1),
+                                     ("tensor_parallel", 1), ("replicas", 1)), found)
+    if "telemetry_hz" in values:
+        hz = record(found, "telemetry_hz", lambda: float(values["telemetry_hz"]))
+        if hz is not None and (math.isnan(hz) or not MIN_TELEMETRY_HZ <= hz <= 1000):
+            found.setdefault("telemetry_hz", f"telemetry_hz must be between {MIN_TELEMETRY_HZ:g} and 1000 "
+                                             f"(DESIGN: utilisation is sampled at ≥ 20 Hz), got {hz}")
+        elif hz is not None:
+            spec.telemetry_hz = hz
+    if "calibrate" in values:
+        spec.calibrate = bool(values["calibrate"])
+    sizes = record(found, "batch_sizes", lambda: parse_batch_sizes(values.get("batch_sizes", spec.batch_sizes)))
+    if sizes:
+        spec.batch_sizes = sizes
+        if max(sizes) > spec.max_batch_size:
+            found.setdefault("batch_sizes", f"batch size {max(sizes)} is over the ceiling "
+                                            f"{spec.max_batch_size} (raise max_batch_size to allow it)")
+    for name in ("prompt_len", "output_len"):
+        record(found, name, lambda n=name: distributions.parse(getattr(spec, n)))
+    if spec.mode in MODE_SPECS:
+        MODE_SPECS[spec.mode].check(spec, values, found, context)
+    parallel.check(spec, found)
+    return spec
+
+
+def _check_choice(value: str, choices: tuple[str, ...], name: str, found: dict[str, str]) -> None:
+    if value not in choices:
+        found.setdefault(name, f"{name} must be one of {', '.join(choices)}: got {value!r}")
+
+
+def _check_model(model: str, model_roots: list[Path] | None) -> int:
+    if not model:
+        raise SpecError("model", "choose a preset or a local checkpoint directory")
+    if model in PRESETS:
+        return model_context(model)
+    path = Path(model).expanduser().resolve()
+    if model_roots is not None and not any(path.is_relative_to(r.resolve()) for r in model_roots):
+        raise SpecError("model", f"{model!r} is outside the allowed model folders "
+                                 f"({', '.join(str(r) for r in model_roots)})")
+    if not path.is_dir():
+        raise SpecError("model", f"unknown model {model!r}: not a preset ({', '.join(PRESETS)}) "
+                                 f"and no such directory")
+    if not (path / "config.json").is_file():
+        raise SpecError("model", f"{model!r} has no config.json")
+    return model_context(str(path))
