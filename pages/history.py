@@ -7,8 +7,9 @@ import pandas as pd
 import streamlit as st
 
 from batchscope import charts
-from batchscope.ui import form as sweep_form
+from batchscope.analysis import SLO
 from batchscope.ui import history_view, resources
+from batchscope.ui.slo_control import latency_choice, slo_control
 
 st.title("History")
 store = resources.store()
@@ -54,14 +55,12 @@ labels_all = history_view.overlay_labels(runs, runs["run_id"].tolist())
 picked = st.multiselect("Runs to overlay (one colour each; click the legend to single one out)",
                         list(labels_all), format_func=labels_all.get, key="overlay_runs",
                         max_selections=history_view.MAX_OVERLAY)
-metric_col, pct_col = st.columns(2)
-metric = metric_col.selectbox("Latency metric", sweep_form.SLO_METRICS, index=1, format_func=str.upper,
-                              key="overlay_metric")
-percentile = pct_col.selectbox("Latency percentile", sweep_form.SLO_PERCENTILES, index=1,
-                               format_func=lambda p: f"P{p}", key="overlay_percentile")
+slo = slo_control("history_slo", default=SLO("itl", 95, 50.0))
+metric, percentile = latency_choice("history_slo")
 if picked:
     problem = history_view.overlay_problem(picked)
-    overlay = {} if problem else history_view.overlay_runs(store, {rid: labels_all[rid] for rid in picked}, None)
+    overlay = {} if problem else history_view.overlay_runs({rid: labels_all[rid] for rid in picked},
+                                                           lambda run_id: resources.load_run(run_id, slo))
     problem = problem or history_view.axis_problem(overlay)
     if problem:
         st.warning(problem)
@@ -75,7 +74,7 @@ if picked:
             {label: data.table for label, data in overlay.items()},
             {label: data.analysis for label, data in overlay.items()},
             {label: data.split for label, data in overlay.items()},
-            percentile=int(percentile), latency_metric=metric), width="content")
+            slo=slo, percentile=percentile, latency_metric=metric), width="content")
         st.caption("Runs are compared only with their fingerprints in view: check GPU, driver and versions above.")
         st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")
         st.dataframe(history_view.comparison_table(overlay), hide_index=True, width="stretch",

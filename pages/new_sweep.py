@@ -6,6 +6,8 @@ import streamlit as st
 from batchscope import charts
 from batchscope.ui import form as sweep_form
 from batchscope.ui import resources
+from batchscope.ui.slo_control import URL_PARAM, slo_control, slo_param
+from batchscope.ui.slo_control import refused as slo_refused
 from runners.distributions import SYNTAX
 from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES
@@ -106,16 +108,8 @@ for column, (field, label, default) in zip(length_cols, (("prompt_len", "Prompt 
         st.caption(sweep_form.length_summary(sampled))
 
 st.subheader("Latency SLO")
-slo_enabled = st.checkbox("Mark the largest batch that meets a latency SLO" if mode != "continuous" else
-                          "Mark the largest setting that meets a latency SLO (and count goodput against it)",
-                          value=True, key="slo_enabled")
-metric_col, pct_col, ms_col = st.columns(3)
-slo_metric = metric_col.selectbox("Metric", sweep_form.SLO_METRICS, key="slo_metric",
-                                  format_func=str.upper, disabled=not slo_enabled)
-slo_percentile = pct_col.selectbox("Percentile", sweep_form.SLO_PERCENTILES, index=1, key="slo_percentile",
-                                   format_func=lambda p: f"P{p}", disabled=not slo_enabled)
-slo_ms = ms_col.number_input("Limit (ms)", min_value=0.0, value=DEFAULTS.slo_ms, step=10.0, key="slo_ms",
-                             disabled=not slo_enabled)
+slo = slo_control("slo", default_on=True, switch="Mark the largest batch that meets a latency SLO" if mode != "continuous"
+                  else "Mark the largest setting that meets a latency SLO (and count goodput against it)")
 slots["slo"] = st.empty()
 
 name = st.text_input("Run name (optional)", key="name", placeholder="e.g. llama-8b bf16 H200 baseline")
@@ -125,12 +119,12 @@ values = sweep_form.SweepForm(
     batch_mode="pow2" if batch_mode == "Powers of two" else "list", batch_lo=int(batch_lo),
     batch_hi=int(batch_hi), batch_list=batch_list, prompt_len=lengths["prompt_len"],
     output_len=lengths["output_len"], repeats=int(repeats), warmup=int(warmup), seed=int(seed),
-    on_oom=on_oom, name=name, slo_enabled=slo_enabled, slo_metric=slo_metric,
-    slo_percentile=int(slo_percentile), slo_ms=float(slo_ms), **continuous)
+    on_oom=on_oom, name=name, slo=slo, **continuous)
 problems = sweep_form.check(values)
 for field, message in problems.items():
     (slots.get(field) or slots.get("slo" if field.startswith("slo_") else "") or st).error(
         message, icon=":material/error:")
+blocked = len(problems) + slo_refused("slo")  # the SLO control says its own problem beside its field
 
 st.subheader("Predicted memory per max_num_seqs" if values.mode == "continuous" else "Predicted memory per batch")
 capacity = sweep_form.default_capacity(resources.store().runs(), device)
@@ -145,18 +139,16 @@ else:
     for warning in estimate.warnings:
         st.warning(warning, icon=":material/memory:")
 
-launch = st.button("Launch sweep", type="primary", disabled=bool(problems), key="launch",
-                   help="Fix the messages above first." if problems else "Runs in the background; "
+launch = st.button("Launch sweep", type="primary", disabled=bool(blocked), key="launch",
+                   help="Fix the messages above first." if blocked else "Runs in the background; "
                    "you can close this tab.")
-if problems:
-    st.caption(f"{len(problems)} problem(s) to fix before launching.")
-if launch and not problems:
+if blocked:
+    st.caption(f"{blocked} problem(s) to fix before launching.")
+if launch and not blocked:
     try:
         run_id = resources.jobs().submit(values.spec_dict())
     except SpecError as error:
         st.error(f"{error.field}: {error.message}")
     else:
-        params = {"run": run_id}
-        if sweep_form.slo(values) is not None:
-            params["slo"] = sweep_form.slo_param(sweep_form.slo(values))
+        params = {"run": run_id, **({URL_PARAM: slo_param(slo)} if slo is not None else {})}
         st.switch_page("pages/run.py", query_params=params)

@@ -7,12 +7,10 @@ from __future__ import annotations
 import streamlit as st
 
 from batchscope import charts, timeline
-from batchscope.analysis import SLO
 from batchscope.analysis.model_facts import quant_note
-from batchscope.ui import form as sweep_form
-from batchscope.ui import resources
-from batchscope.ui import run_view
+from batchscope.ui import resources, run_view
 from batchscope.ui.history_view import overlay_labels
+from batchscope.ui.slo_control import latency_choice, slo_control
 
 REFRESH_SECONDS = 2.0
 
@@ -39,35 +37,8 @@ st.selectbox("Run", run_ids, key="run_select", format_func=lambda rid: f"{labels
 run_id = st.session_state["run_select"]
 st.query_params["run"] = run_id
 
-url_text = st.query_params.get("slo")
-if st.session_state.get("run_slo_applied") != url_text or "run_slo_on" not in st.session_state:  # a link or New sweep set the SLO: adopt it
-    url_slo = sweep_form.parse_slo_param(url_text)
-    st.session_state.update(run_slo_on=url_slo is not None, run_slo_applied=url_text)
-    if url_slo is not None:
-        st.session_state.update(run_slo_metric=url_slo.metric, run_slo_percentile=url_slo.percentile,
-                                run_slo_ms=float(url_slo.ms))
-for key, default in (("run_slo_metric", "ttft"), ("run_slo_percentile", 95), ("run_slo_ms", 500.0)):
-    st.session_state.setdefault(key, default)
-on_col, metric_col, pct_col, ms_col = st.columns([1.2, 1, 1, 1])
-slo_on = on_col.toggle("Latency SLO", key="run_slo_on")
-metric = metric_col.selectbox("SLO metric", sweep_form.SLO_METRICS, key="run_slo_metric", format_func=str.upper,
-                              disabled=not slo_on)
-percentile = pct_col.selectbox("Latency percentile", sweep_form.SLO_PERCENTILES, key="run_slo_percentile",
-                               format_func=lambda p: f"P{p}")
-limit_ms = ms_col.number_input("SLO limit (ms)", min_value=0.0, step=10.0, key="run_slo_ms",
-                               disabled=not slo_on)
-slo: SLO | None = None
-if slo_on:
-    try:
-        slo = SLO(metric, int(percentile), float(limit_ms))
-    except ValueError as error:
-        ms_col.error(str(error))
-slo_text = sweep_form.slo_param(slo) if slo is not None else None
-st.session_state["run_slo_applied"] = slo_text
-if slo_text is not None:
-    st.query_params["slo"] = slo_text
-elif "slo" in st.query_params:
-    del st.query_params["slo"]
+slo = slo_control("run_slo", url=True)
+percentile = latency_choice("run_slo")[1]
 
 
 def show_progress(progress: dict, spec: dict) -> None:
@@ -107,7 +78,7 @@ def show_results(data: run_view.RunData) -> None:
     if data.analysis is None:
         st.info("No finished points yet: the charts appear as soon as the first point is measured.")
         return
-    st.altair_chart(charts.linked_charts(data.table, data.analysis, slo, percentile=int(percentile),
+    st.altair_chart(charts.linked_charts(data.table, data.analysis, slo, percentile=percentile,
                                          memory_split=data.split), width="content")
     st.caption("Hover a point in any chart to highlight it in all four. Dashed vertical rules mark the knee "
                "markers and the working point; red rules mark out-of-memory batches.")
@@ -174,7 +145,7 @@ def run_body(live_at_start: bool) -> None:
     except KeyError:
         st.error(f"Run {run_id} has disappeared from the history.")
         return
-    data = run_view.load_run(store, run_id, slo)
+    data = resources.load_run(run_id, slo)
     if data is None:
         st.error(f"Run {run_id} has disappeared from the history.")
         return

@@ -12,7 +12,7 @@ from batchscope.analysis import SLO, Analysis, Marker
 from batchscope.demo import import_demo_runs
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
-from batchscope.ui import explain_view
+from batchscope.ui import explain_view, slo_control
 from batchscope.ui.run_view import load_run
 from tests.runner_helpers import REPO
 from tests.test_pages import app, home, manager, no_traceback, texts, tiny_run  # noqa: F401 (fixtures)
@@ -297,7 +297,7 @@ def test_slo_range_spans_the_runs_latency() -> None:
     low, high, start = explain_view.slo_range(points(ttft_ms_p95=[100.0, 400.0, 1600.0]), "ttft_ms_p95")
     assert (low, high, start) == (80.0, 2000.0, 400.0)
     assert explain_view.slo_range(points(itl_ms_p95=[1.0]), "ttft_ms_p95") is None
-    assert explain_view.slider_step(80.0, 2000.0) == 1.0
+    assert slo_control.slider_step(80.0, 2000.0) == 1.0
 
 
 # ---- the page ----

@@ -7,13 +7,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from batchscope.analysis import SLO
 from batchscope.ingest import ingest_run
 from batchscope.jobs import JobManager
 from batchscope.store import Store
+from batchscope.ui import run_view
 from tests.runner_helpers import REPO, finished_tiny_run
 
 PAGES = ("pages/new_sweep.py", "pages/run.py", "pages/history.py")
@@ -62,6 +65,12 @@ def no_traceback(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
+def chart_data(chart) -> str:
+    """Every row of a drawn chart's datasets as text (Streamlit sends them apart from the spec, in Arrow)."""
+    frames = [pa.ipc.open_stream(named.data.data).read_pandas() for named in chart.proto.datasets]
+    return "\n".join(frame.to_csv(index=False) for frame in frames)
+
+
 def manager(home: tuple[Path, Path]) -> JobManager:
     return JobManager.instance(*home)
 
@@ -106,6 +115,26 @@ def test_pages_with_stored_runs_show_charts_markers_table_and_overlay(home, tiny
     side_by_side = history.dataframe[-1].value
     assert len(side_by_side) == 1 and side_by_side["axis"].tolist() == ["batch"]
     assert side_by_side["largest that ran"].tolist() == ["4"]
+
+
+def test_pages_analyse_a_stored_run_once_and_history_compares_under_one_slo(home, tiny_run: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    ingest_run(manager(home).store, tiny_run)
+    analysed: list[object] = []
+    real = run_view.analyse
+    monkeypatch.setattr(run_view, "analyse", lambda *args, **kw: analysed.append(args[3]) or real(*args, **kw))
+    run_page = open_page("pages/run.py", run="tiny-cpu")
+    for _ in range(3):
+        run_page.run()  # what the 2 s refresh and every widget change do
+    no_traceback(run_page)
+    assert analysed == [None]
+    history = open_page("pages/history.py")
+    history.multiselect(key="overlay_runs").set_value(["tiny-cpu"]).run()
+    assert analysed == [None]  # the same run under the same (no) SLO: the Run page's analysis serves
+    history.toggle(key="history_slo_on").set_value(True).run()
+    no_traceback(history)
+    assert analysed == [None, SLO("itl", 95, 50.0)]
+    assert "SLO: ITL P95 ≤ 50 ms" in chart_data(history.get("vega_lite_chart")[0])
 
 
 def test_run_page_says_so_for_an_unknown_run_id(home, tiny_run: Path) -> None:

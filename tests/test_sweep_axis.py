@@ -129,7 +129,8 @@ def test_a_real_cpu_rate_sweep_on_the_run_page_and_refused_in_a_mixed_overlay(ho
     assert "batch" not in table and table["max_num_seqs"].tolist() == [4, 4, 4]
     assert "req/s" in " ".join(texts(page, "markdown"))
 
-    overlay = history_view.overlay_runs(store, {"rate-sweep": "rates", "tiny-cpu": "static"}, None)
+    overlay = history_view.overlay_runs({"rate-sweep": "rates", "tiny-cpu": "static"},
+                                      lambda run_id: run_view.load_run(store, run_id, None))
     assert "cannot share an axis" in history_view.axis_problem(overlay)
     assert history_view.axis_problem({"rates": overlay["rates"]}) is None
     history = open_page("pages/history.py")

@@ -16,8 +16,6 @@ from batchscope.analysis.slo import SLO
 from runners import distributions
 from runners.spec import SpecError, SweepSpec, parse_batch_sizes, problems, validate
 
-SLO_METRICS = ("ttft", "itl", "e2e")
-SLO_PERCENTILES = (50, 95, 99)
 H200_CAPACITY_BYTES = 150_109_880_320  # what torch reported on the H200 this project measured on
 GiB = 1024**3
 ESTIMATE_FIELDS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
@@ -46,10 +44,7 @@ class SweepForm:
     seed: int = _CLI.seed
     on_oom: str = _CLI.on_oom
     name: str = ""
-    slo_enabled: bool = False
-    slo_metric: str = "ttft"
-    slo_percentile: int = 95
-    slo_ms: float = 500.0
+    slo: SLO | None = None  # marks the SLO limit on the Run page; a continuous sweep also counts goodput by it
     # continuous mode (runners/continuous_spec.py)
     max_num_seqs: str = "1,2,4,8,16"
     load: str = "arrival"  # "arrival" (Poisson) or "concurrency" (closed loop)
@@ -79,23 +74,16 @@ class SweepForm:
         if self.mode != "continuous":
             return {}
         load = {"arrival": self.arrival} if self.load == "arrival" else {"concurrency": self.concurrency}
-        slo = {"slo_metric": self.slo_metric, "slo_ms": self.slo_ms} if self.slo_enabled else {}
+        slo = {"slo_metric": self.slo.metric, "slo_ms": self.slo.ms} if self.slo is not None else {}
         return {"max_num_seqs": self.max_num_seqs, **load, "num_requests": self.num_requests,
                 "max_num_batched_tokens": self.max_num_batched_tokens, **slo}
 
 
 def check(form: SweepForm) -> dict[str, str]:
-    """Every problem keyed by spec field (plus `slo`), in the runner's own words; empty when launchable.
-    Local checkpoints must lie in the configured model folders, as the job manager demands too."""
-    found = problems(form.spec_dict(), config.model_roots())
-    if form.slo_enabled:
-        if form.slo_metric not in SLO_METRICS:
-            found["slo"] = f"SLO metric must be one of {', '.join(SLO_METRICS)}"
-        elif form.slo_percentile not in SLO_PERCENTILES:
-            found["slo"] = f"SLO percentile must be one of {', '.join(map(str, SLO_PERCENTILES))}"
-        elif not form.slo_ms or form.slo_ms <= 0:
-            found["slo"] = "the SLO latency must be a positive number of milliseconds"
-    return found
+    """Every problem keyed by spec field, in the runner's own words; empty when launchable. Local
+    checkpoints must lie in the configured model folders, as the job manager demands too. (The SLO is
+    an `SLO`, valid by construction: its control refuses a bad limit itself.)"""
+    return problems(form.spec_dict(), config.model_roots())
 
 
 def batch_sizes(form: SweepForm) -> list[int]:
@@ -142,32 +130,6 @@ def default_capacity(runs: pd.DataFrame, device: str) -> Capacity:
 
 def _total_ram() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def slo(form: SweepForm) -> SLO | None:
-    """The form's SLO, or None when it is switched off or invalid (check() names the problem)."""
-    if not form.slo_enabled:
-        return None
-    try:
-        return SLO(form.slo_metric, form.slo_percentile, float(form.slo_ms))
-    except ValueError:
-        return None
-
-
-def slo_param(value: SLO) -> str:
-    """The SLO as a URL query value (`ttft:95:500`), so a shared Run link keeps it."""
-    return f"{value.metric}:{value.percentile}:{value.ms:g}"
-
-
-def parse_slo_param(text: str | None) -> SLO | None:
-    """The SLO in a URL, or None when absent or malformed (a bad link then shows no SLO, not an error)."""
-    parts = (text or "").split(":")
-    if len(parts) != 3:
-        return None
-    try:
-        return SLO(parts[0], int(parts[1]), float(parts[2]))
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,16 @@
 """The History page's logic: filter choices, the runs table, overlay labels, rename and import checks."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from batchscope.analysis import SLO
 from batchscope.ingest import ingest_run
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
-from batchscope.ui.run_view import RunData, load_run
+from batchscope.ui.run_view import RunData
 
 FILTER_COLUMNS = {"model": "model", "dtype": "dtype", "gpu": "GPU / device", "engine": "engine",
                   "state": "status"}
@@ -128,7 +128,8 @@ def _number(value: object) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 
 
-def overlay_runs(store: Store, labels: dict[str, str], slo: SLO | None) -> dict[str, RunData]:
-    """Each chosen run with points, analysed, keyed by its legend label (runs without points are left out)."""
-    loaded = {label: load_run(store, run_id, slo) for run_id, label in labels.items()}
+def overlay_runs(labels: dict[str, str], load: Callable[[str], RunData | None]) -> dict[str, RunData]:
+    """Each chosen run with points, analysed by `load` (run id → RunData), keyed by its legend label;
+    runs without points are left out."""
+    loaded = {label: load(run_id) for run_id, label in labels.items()}
     return {label: data for label, data in loaded.items() if data is not None and data.analysis is not None}

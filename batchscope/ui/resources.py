@@ -7,8 +7,11 @@ import pandas as pd
 import streamlit as st
 
 from batchscope.demo import import_demo_runs
+from batchscope.analysis import SLO
 from batchscope.jobs import JobManager
 from batchscope.store import Store
+from batchscope.ui.run_cache import RunCache
+from batchscope.ui.run_view import RunData
 
 log = logging.getLogger("batchscope.app")
 
@@ -25,6 +28,17 @@ def jobs() -> JobManager:
 def store() -> Store:
     """The job manager's Store: one DuckDB connection for every session, the DB's only writer."""
     return jobs().store
+
+
+@st.cache_resource(show_spinner=False)
+def run_cache() -> RunCache:
+    """The process-wide cache of analysed runs (see run_cache), shared by every session."""
+    return RunCache()
+
+
+def load_run(run_id: str, slo: SLO | None) -> RunData | None:
+    """A stored run analysed under `slo`, re-analysed only when the store holds something new for it."""
+    return run_cache().load(store(), run_id, slo)
 
 
 def show_unexpected(error: Exception, doing: str) -> None:

@@ -212,7 +212,8 @@ class RunData:
 
 
 def load_run(store: Store, run_id: str, slo: SLO | None) -> RunData | None:
-    """Read and analyse a run; None for an unknown id. A run with no points yet has no analysis."""
+    """Read and analyse a run; None for an unknown id. A run with no points yet has no analysis.
+    Pages go through `run_cache.RunCache`, which calls this only when the stored run has changed."""
     run = store.run(run_id)
     if run is None:
         return None
