@@ -16,10 +16,10 @@ def home() -> None:
                 "on a real GPU.  \nSweep a model over batch sizes, see where bigger batches stop helping, "
                 "and pick the working point that meets your latency SLO.")
     left, middle, right = st.columns(3)
-    left.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
-    middle.page_link("pages/history.py", label="Browse and compare runs", icon=":material/history:")
-    right.page_link("pages/run.py", label="Latest run", icon=":material/monitoring:")
-    st.page_link("pages/explain.py", label="Explain a run, step by step (for demos)", icon=":material/school:")
+    left.page_link("app_pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
+    middle.page_link("app_pages/history.py", label="Browse and compare runs", icon=":material/history:")
+    right.page_link("app_pages/run.py", label="Latest run", icon=":material/monitoring:")
+    st.page_link("app_pages/explain.py", label="Explain a run, step by step (for demos)", icon=":material/school:")
     st.subheader("Latest runs")
     try:
         runs = resources.store().runs().head(LATEST_RUNS)
@@ -29,17 +29,17 @@ def home() -> None:
     if runs.empty:
         st.info("No runs yet. Start a new sweep, or import a run folder on the History page.")
     for run in runs.to_dict("records"):
-        st.page_link("pages/run.py", label=f"{run_title(run)} · {run['state']}", query_params={"run": run["run_id"]})
+        st.page_link("app_pages/run.py", label=f"{run_title(run)} · {run['state']}", query_params={"run": run["run_id"]})
 
 
 st.set_page_config(page_title="BatchScope", page_icon=":material/stacked_line_chart:", layout="wide")
 page = st.navigation([
     st.Page(home, title="Home", icon=":material/home:", default=True),
-    st.Page("pages/new_sweep.py", title="New sweep", icon=":material/play_arrow:"),
-    st.Page("pages/run.py", title="Run", icon=":material/monitoring:"),
-    st.Page("pages/history.py", title="History", icon=":material/history:"),
-    st.Page("pages/explain.py", title="Explain", icon=":material/school:"),
-])
+    st.Page("app_pages/new_sweep.py", title="New sweep", icon=":material/play_arrow:"),
+    st.Page("app_pages/run.py", title="Run", icon=":material/monitoring:"),
+    st.Page("app_pages/history.py", title="History", icon=":material/history:"),
+    st.Page("app_pages/explain.py", title="Explain", icon=":material/school:"),
+], position="top")
 try:
     page.run()
 except Exception as error:  # last line of defence: a message, never a traceback

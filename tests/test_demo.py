@@ -68,11 +68,11 @@ def test_first_start_shows_demo_runs_on_every_page(demo_home):
     assert not at.exception
     home_text = " ".join(str(getattr(e, "label", "")) for e in at.main)
     assert "8B fast" in home_text or "1B fast" in home_text
-    for page in ("pages/history.py", "pages/run.py"):
+    for page in ("app_pages/history.py", "app_pages/run.py"):
         at.switch_page(page)
         at.run()
         assert not at.exception, [e.value for e in at.exception]
-    at.switch_page("pages/run.py")
+    at.switch_page("app_pages/run.py")
     at.query_params["run"] = "h200-fast-8b-bf16-p256-o64"
     at.run()
     assert not at.exception

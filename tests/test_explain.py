@@ -303,7 +303,7 @@ def test_slo_range_spans_the_runs_latency() -> None:
 # ---- the page ----
 
 def open_explain(at):
-    at.switch_page("pages/explain.py")
+    at.switch_page("app_pages/explain.py")
     return at.run()
 
 

@@ -19,7 +19,7 @@ from batchscope.store import Store
 from batchscope.ui import run_view
 from tests.runner_helpers import REPO, finished_tiny_run
 
-PAGES = ("pages/new_sweep.py", "pages/run.py", "pages/history.py")
+PAGES = ("app_pages/new_sweep.py", "app_pages/run.py", "app_pages/history.py")
 TIMEOUT_S = 60
 
 
@@ -87,8 +87,8 @@ def test_every_page_renders_with_an_empty_history(home) -> None:
         at = open_page(page)
         no_traceback(at)
         assert not at.error, texts(at, "error")
-    assert "No runs yet" in " ".join(texts(open_page("pages/run.py"), "info"))
-    assert "No runs stored yet" in " ".join(texts(open_page("pages/history.py"), "info"))
+    assert "No runs yet" in " ".join(texts(open_page("app_pages/run.py"), "info"))
+    assert "No runs stored yet" in " ".join(texts(open_page("app_pages/history.py"), "info"))
 
 
 def test_pages_with_stored_runs_show_charts_markers_table_and_overlay(home, tiny_run: Path) -> None:
@@ -98,7 +98,7 @@ def test_pages_with_stored_runs_show_charts_markers_table_and_overlay(home, tiny
     at = app()
     no_traceback(at)
     assert any("tiny-cpu" in link.proto.label for link in at.get("page_link"))
-    run_page = open_page("pages/run.py", run="tiny-cpu", slo="ttft:95:100000")
+    run_page = open_page("app_pages/run.py", run="tiny-cpu", slo="ttft:95:100000")
     no_traceback(run_page)
     linked, steps = run_page.get("vega_lite_chart")  # the four linked panels, one point's steps over time
     assert "output tokens/s" in linked.proto.spec and "time in the repeat (s)" in steps.proto.spec
@@ -106,7 +106,7 @@ def test_pages_with_stored_runs_show_charts_markers_table_and_overlay(home, tiny
     assert "Every measured batch meets the" in sentences and "is recommended" in sentences
     assert len(run_page.get("download_button")) == 2
     assert len(run_page.dataframe) >= 1
-    history = open_page("pages/history.py")
+    history = open_page("app_pages/history.py")
     no_traceback(history)
     history.multiselect(key="overlay_runs").set_value(["tiny-cpu"]).run()
     no_traceback(history)
@@ -123,12 +123,12 @@ def test_pages_analyse_a_stored_run_once_and_history_compares_under_one_slo(home
     analysed: list[object] = []
     real = run_view.analyse
     monkeypatch.setattr(run_view, "analyse", lambda *args, **kw: analysed.append(args[3]) or real(*args, **kw))
-    run_page = open_page("pages/run.py", run="tiny-cpu")
+    run_page = open_page("app_pages/run.py", run="tiny-cpu")
     for _ in range(3):
         run_page.run()  # what the 2 s refresh and every widget change do
     no_traceback(run_page)
     assert analysed == [None]
-    history = open_page("pages/history.py")
+    history = open_page("app_pages/history.py")
     history.multiselect(key="overlay_runs").set_value(["tiny-cpu"]).run()
     assert analysed == [None]  # the same run under the same (no) SLO: the Run page's analysis serves
     history.toggle(key="history_slo_on").set_value(True).run()
@@ -139,14 +139,14 @@ def test_pages_analyse_a_stored_run_once_and_history_compares_under_one_slo(home
 
 def test_run_page_says_so_for_an_unknown_run_id(home, tiny_run: Path) -> None:
     ingest_run(manager(home).store, tiny_run)
-    at = open_page("pages/run.py", run="no-such-run")
+    at = open_page("app_pages/run.py", run="no-such-run")
     no_traceback(at)
     assert "no run with id 'no-such-run'" in " ".join(texts(at, "error"))
     assert len(at.get("vega_lite_chart")) == 2  # it falls back to the newest run
 
 
 def test_history_renames_deletes_after_confirmation_and_imports(home, tiny_run: Path) -> None:
-    at = open_page("pages/history.py")
+    at = open_page("app_pages/history.py")
     at.text_input(key="import_path").set_value(str(home[0].parent / "nowhere"))
     at.button(key="import_button").click().run()
     assert "not a folder" in " ".join(texts(at, "error"))
@@ -177,7 +177,7 @@ def test_history_filters_narrow_the_table(home, tiny_run: Path, tmp_path: Path) 
     (other / "spec.json").write_text(json.dumps({**spec, "dtype": "bfloat16"}))
     for folder in (tiny_run, other):
         ingest_run(manager(home).store, folder)
-    at = open_page("pages/history.py")
+    at = open_page("app_pages/history.py")
     assert "2 of 2 runs match." in texts(at, "caption")
     at.multiselect(key="filter_dtype").set_value(["bfloat16"]).run()
     no_traceback(at)
@@ -201,7 +201,7 @@ BAD_INPUTS = [
 @pytest.mark.parametrize(("case", "radios", "text_inputs", "message"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
 def test_each_invalid_input_shows_its_message_and_launches_nothing(home, case, radios, text_inputs,
                                                                     message) -> None:
-    at = open_page("pages/new_sweep.py")
+    at = open_page("app_pages/new_sweep.py")
     for key, value in radios.items():
         at.radio(key=key).set_value(value).run()
     for key, value in text_inputs.items():
@@ -214,14 +214,14 @@ def test_each_invalid_input_shows_its_message_and_launches_nothing(home, case, r
 
 
 def test_slo_of_zero_ms_is_refused(home) -> None:
-    at = open_page("pages/new_sweep.py")
+    at = open_page("app_pages/new_sweep.py")
     at.number_input(key="slo_ms").set_value(0.0).run()
     assert any("positive number of milliseconds" in e for e in texts(at, "error"))
     assert at.button(key="launch").disabled
 
 
 def test_memory_estimate_warns_before_launching_a_sweep_that_will_not_fit(home) -> None:
-    at = open_page("pages/new_sweep.py")
+    at = open_page("app_pages/new_sweep.py")
     at.selectbox(key="preset").set_value("llama-3.1-8b")
     at.selectbox(key="dtype").set_value("bfloat16")
     at.number_input(key="batch_hi").set_value(1024)
@@ -232,7 +232,7 @@ def test_memory_estimate_warns_before_launching_a_sweep_that_will_not_fit(home) 
 
 
 def test_continuous_mode_asks_for_its_own_axis_and_predicts_memory_per_max_num_seqs(home) -> None:
-    at = open_page("pages/new_sweep.py")
+    at = open_page("app_pages/new_sweep.py")
     at.selectbox(key="engine").set_value("fast")
     at.selectbox(key="mode").set_value("continuous").run()
     no_traceback(at)
@@ -250,7 +250,7 @@ def test_continuous_mode_asks_for_its_own_axis_and_predicts_memory_per_max_num_s
 
 
 def test_launching_a_tiny_cpu_sweep_opens_its_run_page_while_it_runs(home) -> None:
-    at = open_page("pages/new_sweep.py")
+    at = open_page("app_pages/new_sweep.py")
     at.selectbox(key="dtype").set_value("float32")
     at.selectbox(key="device").set_value("cpu")
     at.radio(key="batch_mode").set_value("Explicit list").run()
@@ -265,13 +265,13 @@ def test_launching_a_tiny_cpu_sweep_opens_its_run_page_while_it_runs(home) -> No
     [run_id] = stored_runs(home)
     assert at.query_params["run"] == run_id and at.query_params["slo"] == "ttft:95:500"
     assert run_id in " ".join(texts(at, "caption"))
-    running = open_page("pages/run.py", run=run_id)
+    running = open_page("app_pages/run.py", run=run_id)
     no_traceback(running)
     assert len(running.get("progress")) == 1
     assert any(m.label in ("Elapsed", "ETA") for m in running.metric)
     running.button(key=f"cancel_{run_id}").click().run()
     no_traceback(running)
     assert manager(home).wait(run_id, timeout=120) in ("cancelled", "done")
-    finished = open_page("pages/run.py", run=run_id)
+    finished = open_page("app_pages/run.py", run=run_id)
     no_traceback(finished)
     assert not finished.get("progress")

@@ -53,6 +53,6 @@ def runs_or_stop() -> pd.DataFrame:
     runs = store().runs()
     if runs.empty:
         st.info("No runs yet: start one on the New sweep page, or import a run folder on the History page.")
-        st.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
+        st.page_link("app_pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
         st.stop()
     return runs

@@ -34,7 +34,7 @@ if data is None or data.analysis is None or data.table.empty:
 if data.analysis.axis.key != "batch_size":
     st.info(f"This online-serving run sweeps {data.analysis.axis.noun}; the six steps explain how a static batch "
             "size moves throughput, latency and memory. Open it on the Run page, or pick a static sweep.")
-    st.page_link("pages/run.py", label="Open this run", query_params={"run": run_id}, icon=":material/open_in_new:")
+    st.page_link("app_pages/run.py", label="Open this run", query_params={"run": run_id}, icon=":material/open_in_new:")
     st.stop()
 
 slo = slo_control("explain_slo", switch=None,

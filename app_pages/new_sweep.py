@@ -151,4 +151,4 @@ if launch and not blocked:
         st.error(f"{error.field}: {error.message}")
     else:
         params = {"run": run_id, **({URL_PARAM: slo_param(slo)} if slo is not None else {})}
-        st.switch_page("pages/run.py", query_params=params)
+        st.switch_page("app_pages/run.py", query_params=params)

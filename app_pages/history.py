@@ -84,7 +84,7 @@ if picked:
         st.altair_chart(charts.memory_split_by_run({label: data.split for label, data in overlay.items()}),
                         width="content")
         for label, data in overlay.items():
-            st.page_link("pages/run.py", label=f"Open {label}", query_params={"run": data.run["run_id"]},
+            st.page_link("app_pages/run.py", label=f"Open {label}", query_params={"run": data.run["run_id"]},
                          icon=":material/open_in_new:")
 else:
     st.caption("Pick two or more runs to overlay them on the four charts.")
