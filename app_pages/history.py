@@ -70,7 +70,7 @@ if picked:
         skipped = len(picked) - len(overlay)
         if skipped:
             st.caption(f"{skipped} chosen run(s) have no finished points and are not drawn.")
-        st.altair_chart(charts.overlay_charts(
+        st.vega_lite_chart(spec=charts.overlay_charts(
             {label: data.table for label, data in overlay.items()},
             {label: data.analysis for label, data in overlay.items()},
             {label: data.split for label, data in overlay.items()},

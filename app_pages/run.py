@@ -78,10 +78,11 @@ def show_results(data: run_view.RunData) -> None:
     if data.analysis is None:
         st.info("No finished points yet: the charts appear as soon as the first point is measured.")
         return
-    st.altair_chart(charts.linked_charts(data.table, data.analysis, slo, percentile=percentile,
-                                         memory_split=data.split), width="content")
-    st.caption("Hover a point in any chart to highlight it in all four. Dashed vertical rules mark the knee "
-               "markers and the working point; red rules mark out-of-memory batches.")
+    st.vega_lite_chart(spec=charts.linked_charts(data.table, data.analysis, slo, percentile=percentile,
+                                                 memory_split=data.split, run=data.run.get("name") or run_id),
+                       width="content")
+    st.caption("Hover a point in any chart to highlight it in all of them and read its values. Dashed vertical "
+               "rules mark the knee markers and the working point; red rules mark out-of-memory batches.")
     st.subheader("What the markers say")
     for sentence in run_view.marker_sentences(data.analysis):
         st.markdown(f"- {sentence}")
