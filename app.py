@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from batchscope.ui import resources
-from batchscope.ui.run_view import run_title
+from batchscope.ui.run_view import informative_run, run_title
 
 LATEST_RUNS = 5
 
@@ -18,17 +18,19 @@ def home() -> None:
     left, middle, right = st.columns(3)
     left.page_link("app_pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
     middle.page_link("app_pages/history.py", label="Browse and compare runs", icon=":material/history:")
-    right.page_link("app_pages/run.py", label="Latest run", icon=":material/monitoring:")
     st.page_link("app_pages/explain.py", label="Explain a run, step by step (for demos)", icon=":material/school:")
-    st.subheader("Latest runs")
     try:
-        runs = resources.store().runs().head(LATEST_RUNS)
+        runs = resources.store().runs()
     except Exception as error:  # the DB is unreadable: say so instead of a traceback
         resources.show_unexpected(error, "reading the run history")
         return
+    latest = informative_run(runs)
+    right.page_link("app_pages/run.py", label="Latest run with results", icon=":material/monitoring:",
+                    query_params={"run": latest} if latest else None, disabled=latest is None)
+    st.subheader("Latest runs")
     if runs.empty:
         st.info("No runs yet. Start a new sweep, or import a run folder on the History page.")
-    for run in runs.to_dict("records"):
+    for run in runs.head(LATEST_RUNS).to_dict("records"):
         st.page_link("app_pages/run.py", label=f"{run_title(run)} · {run['state']}", query_params={"run": run["run_id"]})
 
 

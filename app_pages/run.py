@@ -19,12 +19,10 @@ store = resources.store()
 runs = resources.runs_or_stop()
 
 run_ids = runs["run_id"].tolist()
-url_run = st.query_params.get("run")
-if url_run and url_run not in run_ids:
-    st.error(f"There is no run with id {url_run!r} in this history. Showing the newest run instead.")
-    url_run = None
-if st.session_state.get("run_select") not in run_ids or (url_run and st.session_state.get("run_select") != url_run):
-    st.session_state["run_select"] = url_run or run_ids[0]
+st.session_state["run_select"], unknown = run_view.pick_run(
+    run_ids, st.query_params.get("run"), st.session_state.get("run_select"), run_view.informative_run(runs))
+if unknown:
+    st.error(unknown)
 labels = overlay_labels(runs, run_ids)
 
 

@@ -79,3 +79,14 @@ def test_first_start_shows_demo_runs_on_every_page(demo_home):
     headings = [e.value for kind in (at.title, at.header, at.subheader, at.markdown) for e in kind]
     assert any("8B fast" in text for text in headings), headings
     assert len(at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")) >= 1  # the charts are drawn
+
+
+def test_plain_run_page_and_home_open_the_latest_full_demo_run_not_the_one_point_one(demo_home):
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
+    link = next(e for e in at.get("page_link") if e.proto.label == "Latest run with results")
+    assert link.proto.query_string == "run=h200-fast-1b-bf16-chat" and not link.proto.disabled
+    at.switch_page("app_pages/run.py")
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="run_select").value == "h200-fast-1b-bf16-chat"  # newest done run with a curve
+    assert at.query_params["run"] == "h200-fast-1b-bf16-chat"

@@ -153,3 +153,19 @@ def test_the_run_page_keeps_refreshing_until_the_last_points_are_stored() -> Non
     assert run_view.is_live({"state": "done", "settled": False})  # the runner is done, the DB not yet
     assert not run_view.is_live({"state": "done", "settled": True})
     assert not run_view.is_live({"state": "failed"})  # a stored run no manager holds
+
+
+def test_a_plain_run_page_opens_the_most_informative_run() -> None:
+    runs = pd.DataFrame({"run_id": ["newest", "full", "older-full", "most"],
+                         "state": ["cancelled", "done", "done", "failed"], "points_ok": [1, 5, 9, 12]})
+    assert run_view.informative_run(runs) == "full"  # not the one-point cancelled run at the top
+    assert run_view.informative_run(runs.assign(state=["running", "done", "done", "failed"])) == "newest"
+    no_curve = runs.assign(state="cancelled", points_ok=[1, 2, 4, 2])
+    assert run_view.informative_run(no_curve) == "older-full"
+    assert run_view.informative_run(runs.iloc[0:0]) is None
+    ids = runs["run_id"].tolist()
+    assert run_view.pick_run(ids, None, None, "full") == ("full", None)
+    assert run_view.pick_run(ids, None, "most", "full") == ("most", None)
+    assert run_view.pick_run(ids, "older-full", "most", "full") == ("older-full", None)
+    shown, error = run_view.pick_run(ids, "gone", "most", "full")
+    assert shown == "most" and "no run with id 'gone'" in error

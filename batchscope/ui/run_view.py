@@ -17,6 +17,33 @@ from runners.spec import SweepSpec
 LIVE_STATES = frozenset({"queued", "running"})
 
 
+MIN_CURVE_POINTS = 3  # fewer ok points show no knee: a run worth opening first has at least this many
+
+
+def informative_run(runs: pd.DataFrame) -> str | None:
+    """The run a plain Run page (and Home's link) opens: one still queued or running, which the user is
+    likely watching; else the newest finished run with a curve to read; else the run with the most ok
+    points. `runs` is Store.runs(), newest first; a one-point cancelled run is never preferred."""
+    if runs.empty:
+        return None
+    live = runs[runs["state"].isin(LIVE_STATES)]
+    if not live.empty:
+        return str(live.iloc[0]["run_id"])
+    full = runs[(runs["state"] == "done") & (runs["points_ok"] >= MIN_CURVE_POINTS)]
+    if not full.empty:
+        return str(full.iloc[0]["run_id"])
+    return str(runs.loc[runs["points_ok"].idxmax(), "run_id"])
+
+
+def pick_run(run_ids: list[str], url_run: str | None, selected: str | None, default: str) -> tuple[str, str | None]:
+    """(the run to show, an error for a link to an unknown run): the link's run, else the one picked
+    before on this page, else `default`."""
+    if url_run and url_run not in run_ids:
+        fallback = selected if selected in run_ids else default
+        return fallback, f"There is no run with id {url_run!r} in this history. Showing another run instead."
+    return url_run or (selected if selected in run_ids else default), None
+
+
 def is_live(progress: dict[str, Any]) -> bool:
     """Whether the Run page must keep refreshing: the run is queued or running, or it has ended but
     the job manager has not yet stored its last points (see JobManager.progress)."""
