@@ -8,7 +8,7 @@ import streamlit as st
 
 from batchscope import charts
 from batchscope.analysis import SLO
-from batchscope.ui import history_view, resources
+from batchscope.ui import history_view, resources, tables
 from batchscope.ui.slo_control import latency_choice, slo_control
 
 st.title("History")
@@ -47,8 +47,8 @@ days = filter_cols[-1].date_input("Created between", value=default_range, key="f
 since, until = (days[0], days[1]) if isinstance(days, tuple) and len(days) == 2 else (None, None)
 runs = store.runs(**{field: values or None for field, values in chosen.items()}, since=since, until=until)
 st.caption(f"{len(runs)} of {len(all_runs)} runs match.")
-st.dataframe(history_view.runs_display(runs), hide_index=True, width="stretch",
-             column_config={"best output tok/s": st.column_config.NumberColumn(format="%.0f")})
+shown_runs = history_view.runs_display(runs)
+st.dataframe(shown_runs, hide_index=True, width="stretch", column_config=tables.column_config(shown_runs))
 
 st.subheader("Compare runs")
 labels_all = history_view.overlay_labels(runs, runs["run_id"].tolist())
@@ -77,10 +77,8 @@ if picked:
             slo=slo, percentile=percentile, latency_metric=metric), width="content")
         st.caption("Runs are compared only with their fingerprints in view: check GPU, driver and versions above.")
         st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")
-        st.dataframe(history_view.comparison_table(overlay), hide_index=True, width="stretch",
-                     column_config={"best output tok/s": st.column_config.NumberColumn(format="%.0f"),
-                                    "decode step ms (first point)": st.column_config.NumberColumn(format="%.3f"),
-                                    "weights GiB": st.column_config.NumberColumn(format="%.2f")})
+        side_by_side = history_view.comparison_table(overlay)
+        st.dataframe(side_by_side, hide_index=True, width="stretch", column_config=tables.column_config(side_by_side))
         st.altair_chart(charts.memory_split_by_run({label: data.split for label, data in overlay.items()}),
                         width="content")
         for label, data in overlay.items():

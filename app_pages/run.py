@@ -8,8 +8,9 @@ import streamlit as st
 
 from batchscope import charts, timeline
 from batchscope.analysis.model_facts import quant_note
-from batchscope.ui import resources, run_view
+from batchscope.ui import resources, run_view, tables
 from batchscope.ui.history_view import overlay_labels
+from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import latency_choice, slo_control
 
 REFRESH_SECONDS = 2.0
@@ -85,7 +86,10 @@ def show_results(data: run_view.RunData) -> None:
     for sentence in run_view.marker_sentences(data.analysis):
         st.markdown(f"- {sentence}")
     st.subheader("Every point")
-    st.dataframe(run_view.points_display(data.table), hide_index=True, width="stretch")
+    shown = run_view.points_display(data.table)
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
+    for line in run_view.failures(data.table, data.analysis.axis):
+        st.caption(plain(line))
     csv_col, parquet_col = st.columns(2)
     csv_col.download_button("Download CSV", run_view.csv_bytes(data.table), file_name=f"{run_id}.csv",
                             mime="text/csv", icon=":material/download:")

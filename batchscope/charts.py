@@ -198,7 +198,8 @@ def marker_frame(analysis: Any, table: pd.DataFrame, run: str = "",
                  ) -> pd.DataFrame:
     """Vertical rules: the knee markers and working point of an analysis, and every OOM point.
 
-    Markers at the same x share one rule whose label names them all, so labels never overprint.
+    Markers at the same x share one rule whose label names them all, so labels never overprint; the
+    run is a column, not part of the label (an overlay's labels stay short, its tooltips name the run).
     """
     rows = []
     for attribute, kind in MARKER_ATTRIBUTES:
@@ -213,7 +214,6 @@ def marker_frame(analysis: Any, table: pd.DataFrame, run: str = "",
     frame = pd.DataFrame(rows)
     frame = frame.groupby("x", as_index=False, sort=True).agg(
         kind=("kind", "first"), label=("label", lambda labels: " · ".join(dict.fromkeys(labels))))
-    frame["label"] = frame["label"] + (f" ({run})" if run else "")
     frame.insert(0, "run", run)
     return frame
 
@@ -224,7 +224,7 @@ def label_rows(markers: pd.DataFrame, domain: list[float], width: int = PANEL_WI
     consecutive OOM rules share the first one's label."""
     if markers.empty:
         return markers.assign(row=pd.Series(dtype=int), align=pd.Series(dtype=str))
-    frame = markers.sort_values("x").reset_index(drop=True)
+    frame = markers.drop_duplicates(subset=["x", "label"]).sort_values("x").reset_index(drop=True)  # runs alike
     oom = frame["kind"] == "OOM"
     frame = frame[~(oom & oom.shift(fill_value=False))].reset_index(drop=True)  # label a run of OOMs once
     lo, hi = (math.log2(v) for v in domain)
@@ -535,7 +535,7 @@ def _tradeoff_panel(frame: pd.DataFrame, markers: pd.DataFrame, data: _Data, col
     the curve buys throughput with every user's speed. The knee markers and working point are ringed."""
     empty = frame.empty
     source = data.add(frame if not empty else pd.DataFrame(columns=_TRADEOFF))
-    x = _q("speed", title="output tokens/s per user (1000 / ITL P50)", scale={"zero": False})
+    x = _q("speed", title="output tokens/s per user (1000 / ITL P50, log)", scale={"type": "log"})
     y = _q("value", title="output tokens/s", scale={"zero": True})
     overlay = colour_by == "run"
     colour = _n("run", title=None, scale={"scheme": "tableau10"}, legend=None) if overlay else {"value": "#4c78a8"}

@@ -309,3 +309,12 @@ def test_tensor_parallel_runs_show_the_all_reduce_share_beside_utilisation() -> 
     assert charts.COMM_SERIES not in set(charts.utilisation_frame(summary_table(points=3))["series"])
     # an overlay keeps one utilisation series per run, so it leaves the share out
     assert charts.COMM_SERIES not in set(charts.utilisation_frame(table, columns={"gpu_util_pct": "GPU"})["series"])
+
+
+def test_overlay_marker_labels_name_the_marker_not_the_run_and_say_it_once() -> None:
+    tables = {f"a long run label {i}": summary_table(points=6, oom_from=32) for i in range(2)}
+    spec = charts.overlay_charts(tables, {k: analyse(t, None, None) for k, t in tables.items()})
+    texts = [row["label"] for panel in grid_panels(spec).values() for layer in layers_of(panel)
+             if mark_type(layer) == "text" and layer["encoding"].get("color", {}).get("field") == "kind"
+             for row in spec["datasets"][layer["data"]["name"]]]
+    assert sorted(texts) == ["OOM", "working point"]

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from batchscope.analysis import SLO
+from batchscope.analysis.axis import BATCH
 from batchscope.store import Store
-from batchscope.ui import form, history_view, run_view
+from batchscope.ui import form, history_view, run_view, tables
 from tests.runner_helpers import finished_tiny_run
 
 GiB = 1024**3
@@ -106,8 +107,8 @@ def test_points_table_downloads_and_fingerprint() -> None:
                           "ttft_ms_p95": [1.23456, 2.0], "sm_util_pct": [None, None]})
     shown = run_view.points_display(table)
     assert list(shown.columns) == ["batch", "status", "output tok/s", "TTFT P95 ms"]
-    assert shown["batch"].tolist() == [1, 2] and shown["output tok/s"].tolist() == [6.0, 10.0]
-    assert shown["TTFT P95 ms"].tolist() == [2.0, 1.235]
+    assert shown["batch"].tolist() == [1, 2] and shown["output tok/s"].tolist() == [5.6, 10.4]
+    assert shown["TTFT P95 ms"].tolist() == [2.0, 1.23]
     assert pd.read_csv(io.BytesIO(run_view.csv_bytes(table))).equals(table.astype({"sm_util_pct": float}))
     assert pd.read_parquet(io.BytesIO(run_view.parquet_bytes(table)))["batch_size"].tolist() == [2, 1]
     env = run_view.env_rows({"gpu": "NVIDIA H200", "driver": None})
@@ -169,3 +170,40 @@ def test_a_plain_run_page_opens_the_most_informative_run() -> None:
     assert run_view.pick_run(ids, "older-full", "most", "full") == ("older-full", None)
     shown, error = run_view.pick_run(ids, "gone", "most", "full")
     assert shown == "most" and "no run with id 'gone'" in error
+
+
+def test_points_table_puts_key_columns_first_sizes_in_gib_and_says_why_a_point_failed() -> None:
+    oom_text = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 15.98 GiB. GPU 0 has a total capacity "
+                "of 139.80 GiB of which 5.17 GiB is free. Including non-PyTorch memory, this process has ...")
+    table = pd.DataFrame({"batch_size": [1, 256], "status": ["ok", "oom"], "error": [None, oom_text],
+                          "output_tokens_per_s": [3582.43, None], "ttft_ms_p95": [226.7, None],
+                          "itl_ms_p95": [1.8781, None], "mem_peak_allocated": [2.5 * GiB, None],
+                          "decode_padding_waste": [0.125, None], "gpu_util_pct": [97.46, None]})
+    shown = run_view.points_display(table)
+    assert list(shown.columns)[:4] == ["batch", "status", "output tok/s", "TTFT P95 ms"]
+    assert run_view.failures(table, BATCH) == [
+        "Batch 256: out of memory: needed 15.98 GiB more, 5.17 GiB of 139.80 GiB free"]
+    assert shown["status"].tolist() == ["ok", "out of memory"]
+    assert shown["peak alloc GiB"].iloc[0] == 2.5 and shown["decode padding %"].iloc[0] == 12.5
+    assert shown["output tok/s"].iloc[0] == 3582 and shown["ITL P95 ms"].iloc[0] == 1.88
+    assert shown["GPU util %"].iloc[0] == 97.5
+    assert tables.failure_summary("error", "RuntimeError: shapes do not match. More detail") == (
+        "RuntimeError: shapes do not match")
+    assert tables.failure_summary("oom", None) == "out of memory"
+    config = tables.column_config(shown)
+    assert config["output tok/s"]["type_config"]["format"] == "%.0f"
+    assert config["ITL P95 ms"]["type_config"]["format"] == "%.2f"
+
+
+def test_runs_and_comparison_tables_lead_with_their_key_columns() -> None:
+    runs = pd.DataFrame({c: ["x"] for c in history_view.RUNS_TABLE_COLUMNS} | {"demo": [False]})
+    assert list(history_view.runs_display(runs).columns)[:6] == [
+        "name", "status", "points ok", "points", "best output tok/s", "run id"]
+    assert list(history_view.runs_display(runs).columns)[-1] == "fingerprint"
+
+
+def test_plain_text_escapes_what_markdown_would_turn_into_emoji_or_emphasis() -> None:
+    from batchscope.ui.plain_text import plain
+
+    assert plain("uniform:1:100: *x* __init__") == r"uniform\:1\:100\: \*x\* \_\_init\_\_"
+    assert plain(r"a\b") == r"a\\b"

@@ -16,10 +16,11 @@ FILTER_COLUMNS = {"model": "model", "dtype": "dtype", "gpu": "GPU / device", "en
                   "state": "status"}
 MAX_OVERLAY = 10
 GiB = 1024**3
+# Key columns first: which run, how it ended, what it reached; then what it ran on; the long fingerprint last.
 RUNS_TABLE_COLUMNS = {
-    "name": "name", "created_at": "created (UTC)", "state": "status", "model": "model", "dtype": "dtype",
-    "engine": "engine", "gpu": "GPU / device", "points_ok": "points ok", "points": "points",
-    "best_output_tokens_per_s": "best output tok/s", "fingerprint": "fingerprint", "run_id": "run id",
+    "name": "name", "state": "status", "points_ok": "points ok", "points": "points",
+    "best_output_tokens_per_s": "best output tok/s", "run_id": "run id", "model": "model", "dtype": "dtype",
+    "engine": "engine", "gpu": "GPU / device", "created_at": "created (UTC)", "fingerprint": "fingerprint",
 }
 
 
@@ -109,17 +110,19 @@ def comparison_table(overlay: dict[str, RunData]) -> pd.DataFrame:
         best = ok.loc[ok["output_tokens_per_s"].idxmax()] if ok["output_tokens_per_s"].notna().any() else None
         oom = table[table["status"] == "oom"]
         weights = ok["mem_weights"].dropna() if "mem_weights" in ok else pd.Series(dtype=float)
-        rows.append({
-            "run": label, "axis": axis.noun,
-            **{name: "—" if marker is None else axis.value(marker.x) for name, marker in (
-                ("plateau", analysis.plateau), ("Kneedle", analysis.kneedle),
-                ("working point", analysis.working_point))},
+        marker = {name: "—" if found is None else axis.value(found.x) for name, found in (
+            ("plateau", analysis.plateau), ("Kneedle", analysis.kneedle), ("working point", analysis.working_point))}
+        rows.append({  # key columns first: the answer (best, working point, limits), then the detail
+            "run": label,
             "best output tok/s": None if best is None else float(best["output_tokens_per_s"]),
             "best at": "—" if best is None else axis.value(best["x"]),
-            "decode step ms (first point)": None if ok.empty else _number(ok.iloc[0].get("decode_step_ms")),
+            "working point": marker["working point"],
             "weights GiB": float(weights.median()) / GiB if not weights.empty else None,
             "largest that ran": "—" if ok.empty else axis.value(ok["x"].max()),
             "first OOM": "—" if oom.empty else axis.value(oom["x"].min()),
+            "plateau": marker["plateau"], "Kneedle": marker["Kneedle"],
+            "decode step ms (first point)": None if ok.empty else _number(ok.iloc[0].get("decode_step_ms")),
+            "axis": axis.noun,
         })
     return pd.DataFrame(rows)
 

@@ -11,10 +11,12 @@ import pandas as pd
 from batchscope.analysis import SLO, Analysis, analyse, memory_split
 from batchscope.analysis.axis import AXES, SweepAxis, sweep_x
 from batchscope.store import Store
+from batchscope.ui import tables
 from runners.continuous_spec import points as continuous_points
 from runners.spec import SweepSpec
 
 LIVE_STATES = frozenset({"queued", "running"})
+GiB = 1024**3
 
 
 MIN_CURVE_POINTS = 3  # fewer ok points show no knee: a run worth opening first has at least this many
@@ -51,27 +53,32 @@ def is_live(progress: dict[str, Any]) -> bool:
 STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device's ceilings",
                "setup": "setting up the batch shape",
                "warmup": "warming up", "measure": "measuring"}
-# The points table: summary columns a reader compares first, with the units in the header.
+# The points table, key columns first (what was run, how it ended, throughput, latency), units in the headers.
 TABLE_COLUMNS = {
     "arrival_rate": "arrival req/s", "concurrency": "clients", "max_num_seqs": "max_num_seqs",
     "batch_size": "batch", "status": "status", "output_tokens_per_s": "output tok/s",
     "output_tokens_per_s_min": "tok/s min", "output_tokens_per_s_max": "tok/s max",
-    "predicted_tokens_per_s": "roofline tok/s", "roofline_pct": "% of roofline", "bound": "bound",
     "ttft_ms_p50": "TTFT P50 ms", "ttft_ms_p95": "TTFT P95 ms", "ttft_ms_p99": "TTFT P99 ms",
     "itl_ms_p50": "ITL P50 ms", "itl_ms_p95": "ITL P95 ms", "itl_ms_p99": "ITL P99 ms",
     "e2e_ms_p50": "E2E P50 ms", "e2e_ms_p95": "E2E P95 ms", "e2e_ms_p99": "E2E P99 ms",
-    "decode_step_ms": "decode step ms", "predicted_step_ms": "roofline step ms", "prefill_ms": "prefill ms",
-    "requests_per_s": "requests/s", "input_tokens_per_s": "input tok/s",
-    "prefill_padding_waste": "prefill padding", "decode_padding_waste": "decode padding",
-    "gpu_util_pct": "GPU util %", "mem_ctrl_util_pct": "mem-ctrl util %", "sm_util_pct": "SM util %",
-    "tensor_active_pct": "tensor active %", "cpu_pct": "CPU %", "mem_peak_allocated": "peak alloc bytes",
-    "mem_kv_allocated": "KV alloc bytes", "rss_bytes_max": "peak RSS bytes",
-    "energy_per_output_token_j": "J / output token", "setup_ms": "setup ms",
-    "comm_ms_per_step": "all-reduce ms / step", "comm_share": "all-reduce share",
     "queue_ms_p50": "queue P50 ms", "queue_ms_p95": "queue P95 ms", "queue_ms_p99": "queue P99 ms",
-    "goodput_rps": "goodput req/s", "goodput_slo": "goodput SLO", "kv_occupancy_mean": "KV occupancy mean",
-    "kv_occupancy_max": "KV occupancy max", "admission_waits": "admission waits (cache full)", "error": "error",
+    "goodput_rps": "goodput req/s", "goodput_slo": "goodput SLO",
+    "decode_step_ms": "decode step ms", "roofline_pct": "% of roofline", "bound": "bound",
+    "predicted_tokens_per_s": "roofline tok/s", "predicted_step_ms": "roofline step ms", "prefill_ms": "prefill ms",
+    "requests_per_s": "requests/s", "input_tokens_per_s": "input tok/s",
+    "mem_peak_allocated": "peak alloc GiB", "mem_kv_allocated": "KV alloc GiB", "rss_bytes_max": "peak RSS GiB",
+    "kv_occupancy_mean": "KV occupancy mean %", "kv_occupancy_max": "KV occupancy max %",
+    "admission_waits": "admission waits (cache full)",
+    "prefill_padding_waste": "prefill padding %", "decode_padding_waste": "decode padding %",
+    "gpu_util_pct": "GPU util %", "mem_ctrl_util_pct": "mem-ctrl util %", "sm_util_pct": "SM util %",
+    "tensor_active_pct": "tensor active %", "cpu_pct": "CPU % (100 = one core)",
+    "comm_ms_per_step": "all-reduce ms / step", "comm_share": "all-reduce share %",
+    "energy_per_output_token_j": "J / output token", "setup_ms": "setup ms",
 }
+BYTE_COLUMNS = ("mem_peak_allocated", "mem_kv_allocated", "rss_bytes_max")  # shown in GiB
+SHARE_COLUMNS = ("prefill_padding_waste", "decode_padding_waste", "comm_share", "kv_occupancy_mean",
+                 "kv_occupancy_max")  # 0..1, shown in %
+STATUS_WORDS = {"ok": "ok", "oom": "out of memory", "error": "error"}
 
 
 def format_duration(seconds: float | None) -> str:
@@ -153,14 +160,27 @@ def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: 
 
 
 def points_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The table of every point with readable headers; columns a run never recorded are left out."""
+    """The table of every point with readable headers and units (sizes in GiB, shares in %, each float
+    column at the decimals its size deserves); why a point failed is said under it (`failures`).
+    Columns a run never recorded are left out."""
     columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any()]
     if "sweep_axis" in table and table["sweep_axis"].notna().all():
         columns.remove("batch_size")  # a continuous point's batch_size repeats its limit or its clients
-    shown = table.assign(x=sweep_x(table)).sort_values("x")[columns].copy()
-    for column in shown.select_dtypes("float").columns:
-        shown[column] = shown[column].round(0 if column.endswith("tokens_per_s") else 3)
+    shown = table.assign(x=sweep_x(table)).sort_values("x")
+    shown = shown.assign(**{c: shown[c] / GiB for c in BYTE_COLUMNS if c in columns},
+                         **{c: shown[c] * 100 for c in SHARE_COLUMNS if c in columns})
+    if "status" in columns:
+        shown = shown.assign(status=shown["status"].map(STATUS_WORDS).fillna(shown["status"]))
+    shown = tables.rounded(shown[columns].astype({c: float for c in columns if c.endswith("tokens_per_s")}))
     return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
+
+
+def failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
+    """One line per point that did not finish, in a few words: "batch 256: out of memory: needed 15.98 GiB
+    more, 5.17 GiB of 139.80 GiB free" (the full text is in the CSV)."""
+    failed = table[table["status"] != "ok"].assign(x=sweep_x(table)).sort_values("x")
+    return [f"{axis.at_start(row.x)}: {tables.failure_summary(row.status, getattr(row, 'error', None))}"
+            for row in failed.itertuples()]
 
 
 def timeline_points(table: pd.DataFrame, axis: SweepAxis) -> dict[int, str]:
