@@ -90,3 +90,5 @@ def test_plain_run_page_and_home_open_the_latest_full_demo_run_not_the_one_point
     assert not at.exception
     assert at.selectbox(key="run_select").value == "h200-fast-1b-bf16-chat"  # newest done run with a curve
     assert at.query_params["run"] == "h200-fast-1b-bf16-chat"
+    sentences = " ".join(m.value for m in at.markdown)
+    assert "ran out of memory" in sentences and "larger batches" not in sentences  # it stopped at an OOM
