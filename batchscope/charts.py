@@ -55,7 +55,8 @@ TITLES = {"throughput": "output tokens/s", "latency": "latency (ms, log)", "util
 LABEL_FONT = 10
 LABEL_CHAR_PX = 5.6  # the mean width of a marker label's character at LABEL_FONT
 LABEL_ROW_PX = 13
-OFF_SCALE = 1.15  # head room over the measured curve; a roofline above it is clipped and said so
+ROOFLINE_ROOM = 2.0  # a roofline more than this many times the measured best would flatten the curve
+OFF_SCALE = 1.15  # then the axis keeps this head room over the measured curve and the roofline is clipped
 
 
 def axis_values(*tables: pd.DataFrame) -> list[float]:
@@ -459,8 +460,8 @@ def _y_top(name: str, frame: pd.DataFrame) -> float | None:
     measured = frame[frame["series"] == "measured"]
     if measured.empty:
         return None
-    top = float(measured[["value", "hi"]].max().max()) * OFF_SCALE
-    return top if float(frame["value"].max()) > top else None
+    best = float(measured[["value", "hi"]].max().max())
+    return best * OFF_SCALE if float(frame["value"].max()) > ROOFLINE_ROOM * best else None
 
 
 CAPACITY_SCALE_LIMIT = 10.0

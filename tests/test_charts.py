@@ -318,3 +318,12 @@ def test_overlay_marker_labels_name_the_marker_not_the_run_and_say_it_once() -> 
              if mark_type(layer) == "text" and layer["encoding"].get("color", {}).get("field") == "kind"
              for row in spec["datasets"][layer["data"]["name"]]]
     assert sorted(texts) == ["OOM", "working point"]
+
+
+def test_a_roofline_near_the_measured_curve_keeps_its_full_height() -> None:
+    frame = pd.DataFrame({"run": "", "x": [1.0, 2.0, 1.0, 2.0], "series": ["measured"] * 2 + ["roofline prediction"] * 2,
+                          "value": [100.0, 180.0, 150.0, 260.0], "lo": [95.0, 170.0, None, None],
+                          "hi": [105.0, 190.0, None, None]})
+    assert charts._y_top("throughput", frame) is None  # 1.4× the best: readable together
+    far = frame.assign(value=[100.0, 180.0, 2000.0, 4000.0])
+    assert charts._y_top("throughput", far) == pytest.approx(190.0 * charts.OFF_SCALE)
