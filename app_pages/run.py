@@ -8,7 +8,7 @@ import streamlit as st
 
 from batchscope import charts, timeline
 from batchscope.analysis.model_facts import quant_note
-from batchscope.ui import resources, run_view, tables
+from batchscope.ui import form_state, resources, run_view, tables
 from batchscope.ui.history_view import overlay_labels
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import latency_choice, slo_control
@@ -23,7 +23,7 @@ run_ids = runs["run_id"].tolist()
 st.session_state["run_select"], unknown = run_view.pick_run(
     run_ids, st.query_params.get("run"), st.session_state.get("run_select"), run_view.informative_run(runs))
 if unknown:
-    st.error(unknown)
+    st.error(plain(unknown))
 labels = overlay_labels(runs, run_ids)
 
 
@@ -62,14 +62,14 @@ def show_outcome(progress: dict) -> None:
     """How a finished run ended, in one message."""
     state = progress.get("state")
     if state == "failed":
-        st.error(f"The sweep failed: {progress.get('error') or 'no error text recorded'}")
+        st.error(plain(f"The sweep failed: {progress.get('error') or 'no error text recorded'}"))
     elif state == "interrupted":
         reason = progress.get("error") or "it was killed, or the app or machine restarted"
-        st.warning(f"The runner stopped without finishing ({reason}); finished points are kept.")
+        st.warning(plain(f"The runner stopped without finishing ({reason}); finished points are kept."))
     elif state == "cancelled":
         st.info("The sweep was cancelled; finished points are kept.")
     if progress.get("stopped_early"):
-        st.info(progress["stopped_early"])
+        st.info(plain(progress["stopped_early"]))
 
 
 def show_results(data: run_view.RunData) -> None:
@@ -84,7 +84,7 @@ def show_results(data: run_view.RunData) -> None:
                "rules mark the knee markers and the working point; red rules mark out-of-memory batches.")
     st.subheader("What the markers say")
     for sentence in run_view.marker_sentences(data.analysis):
-        st.markdown(f"- {sentence}")
+        st.markdown(f"- {plain(sentence)}")
     st.subheader("Every point")
     shown = run_view.points_display(data.table)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
@@ -128,6 +128,17 @@ def show_timeline(data: run_view.RunData) -> None:
                    "is padding the GPU still computes.")
 
 
+def show_workload(spec: dict) -> None:
+    """What each point ran (lengths, repeats, requests), and a way to run it again with one thing changed."""
+    text_col, again_col = st.columns([4, 1], vertical_alignment="center")
+    for line in run_view.workload_lines(spec):
+        text_col.caption(plain(line))
+    if again_col.button("Run this again / change one thing", icon=":material/replay:", key=f"again_{run_id}",
+                        disabled=not spec, help="Opens New sweep filled in with this run's settings and SLO."):
+        st.session_state.update(form_state.widget_state(form_state.form_from_spec(spec, slo)))
+        st.switch_page("app_pages/new_sweep.py")
+
+
 def show_fingerprint(data: run_view.RunData) -> None:
     with st.expander("Environment fingerprint", expanded=False):
         if not data.run.get("env"):
@@ -146,14 +157,16 @@ def run_body(live_at_start: bool) -> None:
     try:
         progress = resources.jobs().progress(run_id)
     except KeyError:
-        st.error(f"Run {run_id} has disappeared from the history.")
+        st.error(plain(f"Run {run_id} has disappeared from the history."))
         return
     data = resources.load_run(run_id, slo)
     if data is None:
-        st.error(f"Run {run_id} has disappeared from the history.")
+        st.error(plain(f"Run {run_id} has disappeared from the history."))
         return
-    st.subheader(run_view.run_title(data.run))
-    st.caption(f"{run_id} · {progress.get('state')} · {data.run.get('fingerprint') or 'environment not recorded yet'}")
+    st.subheader(plain(run_view.run_title(data.run)))
+    st.caption(plain(f"{run_id} · {progress.get('state')} · "
+                     f"{data.run.get('fingerprint') or 'environment not recorded yet'}"))
+    show_workload(data.run.get("spec") or {})
     live = run_view.is_live(progress)
     if progress.get("state") in run_view.LIVE_STATES:
         show_progress(progress, data.run.get("spec") or {})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -58,7 +59,8 @@ def open_page(page: str, **query: str) -> AppTest:
 
 
 def texts(at: AppTest, kind: str) -> list[str]:
-    return [element.value for element in getattr(at, kind)]
+    """What each element of a kind shows: markdown's backslash escapes (plain_text.plain) removed."""
+    return [re.sub(r"\\(.)", r"\1", element.value) for element in getattr(at, kind)]
 
 
 def no_traceback(at: AppTest) -> None:
@@ -224,6 +226,7 @@ def test_memory_estimate_warns_before_launching_a_sweep_that_will_not_fit(home) 
     at = open_page("app_pages/new_sweep.py")
     at.selectbox(key="preset").set_value("llama-3.1-8b")
     at.selectbox(key="dtype").set_value("bfloat16")
+    at.selectbox(key="device").set_value("cuda")  # auto on this GPU-less machine would assume its RAM
     at.number_input(key="batch_hi").set_value(1024)
     at.text_input(key="prompt_len").set_value("fixed:4096").run()
     no_traceback(at)
@@ -239,6 +242,7 @@ def test_continuous_mode_asks_for_its_own_axis_and_predicts_memory_per_max_num_s
     assert not at.get("radio") or all(r.key != "batch_mode" for r in at.radio)  # no unused batch range
     at.selectbox(key="preset").set_value("llama-3.1-8b")
     at.selectbox(key="dtype").set_value("bfloat16")
+    at.selectbox(key="device").set_value("cuda")
     at.text_input(key="max_num_seqs").set_value("64,1024")
     at.text_input(key="prompt_len").set_value("fixed:4000").run()
     no_traceback(at)
@@ -275,3 +279,50 @@ def test_launching_a_tiny_cpu_sweep_opens_its_run_page_while_it_runs(home) -> No
     finished = open_page("app_pages/run.py", run=run_id)
     no_traceback(finished)
     assert not finished.get("progress")
+
+
+def test_run_page_shows_the_workload_and_runs_it_again_from_new_sweep(home, tiny_run: Path) -> None:
+    ingest_run(manager(home).store, tiny_run)
+    run_page = open_page("app_pages/run.py", run="tiny-cpu", slo="itl:99:250")
+    captions = " ".join(texts(run_page, "caption"))
+    assert "Prompts fixed:8 · outputs fixed:3 tokens · seed 0" in captions
+    assert "Each point: 2 measured repeats, each one batch of as many requests as the batch size" in captions
+    run_page.button(key="again_tiny-cpu").click().run()
+    no_traceback(run_page)
+    assert not run_page.warning, texts(run_page, "warning")  # no widget given two starting values
+    assert [h.value for h in run_page.title] == ["New sweep"]
+    filled = {key: run_page.selectbox(key=key).value for key in ("dtype", "engine", "device", "preset")}
+    assert filled == {"dtype": "float32", "engine": "hf-generate", "device": "cpu", "preset": "tiny"}
+    assert (run_page.number_input(key="batch_lo").value, run_page.number_input(key="batch_hi").value) == (1, 4)
+    assert run_page.text_input(key="prompt_len").value == "fixed:8" and run_page.number_input(key="repeats").value == 2
+    assert run_page.number_input(key="warmup").value == 0
+    assert run_page.toggle(key="slo_on").value and run_page.number_input(key="slo_ms").value == 250.0
+    assert not run_page.button(key="launch").disabled, texts(run_page, "error")
+
+
+def test_new_sweep_batch_range_says_what_it_runs_and_names_a_bad_range_in_its_own_words(home) -> None:
+    at = open_page("app_pages/new_sweep.py")
+    at.number_input(key="batch_lo").set_value(3)
+    at.number_input(key="batch_hi").set_value(20).run()
+    assert any(c.startswith("Runs batch sizes 4, 8, 16 (3 points). From 3 and To 20 are not a power of two")
+               for c in texts(at, "caption")), texts(at, "caption")
+    at.number_input(key="batch_lo").set_value(0).run()
+    assert at.number_input(key="batch_lo").value == 0  # the field keeps what was typed; the message says why
+    assert "From must be at least 1 (it is 0)" in texts(at, "error") and at.button(key="launch").disabled
+    at.number_input(key="batch_lo").set_value(8)
+    at.number_input(key="batch_hi").set_value(2).run()
+    assert "From (8) must not be larger than To (2)" in texts(at, "error")
+    assert not any("pow2" in e for e in texts(at, "error"))
+
+
+def test_new_sweep_messages_are_plain_text_and_the_preview_draws_what_the_context_check_reads(home) -> None:
+    at = open_page("app_pages/new_sweep.py")
+    at.text_input(key="prompt_len").set_value("uniform:1:100:").run()
+    [raw] = [e.value for e in at.error]
+    assert "\\:" in raw and re.search(r"(?<!\\):", raw) is None  # every colon escaped: no :100: emoji
+    at.text_input(key="prompt_len").set_value("lognormal:1500:0.5").run()
+    [context_error] = texts(at, "error")
+    reaches = re.search(r"reaches (\d+) tokens", context_error)[1]
+    longest = next(c for c in texts(at, "caption") if c.startswith("Longest request"))
+    assert f"prompt + output = {int(reaches):,} tokens" in longest and "context is 2,048 tokens" in longest
+    assert any("requests the sweep draws" in c for c in texts(at, "caption"))

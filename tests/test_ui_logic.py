@@ -43,7 +43,9 @@ def test_a_valid_form_has_no_problems_and_makes_the_runner_spec() -> None:
     ({"batch_list": "0,2"}, "batch_sizes", "≥ 1"),
     ({"batch_list": "1,two"}, "batch_sizes", "not a whole number"),
     ({"batch_list": "1,100000"}, "batch_sizes", "over the ceiling"),
-    ({"batch_mode": "pow2", "batch_lo": 64, "batch_hi": 8}, "batch_sizes", "LO ≤ HI"),
+    ({"batch_mode": "pow2", "batch_lo": 64, "batch_hi": 8}, "batch_sizes", "From (64) must not be larger than To (8)"),
+    ({"batch_mode": "pow2", "batch_lo": 0, "batch_hi": 8}, "batch_sizes", "From must be at least 1 (it is 0)"),
+    ({"batch_mode": "pow2", "batch_lo": 9, "batch_hi": 15}, "batch_sizes", "no power of two lies between 9 and 15"),
     ({"prompt_len": "lognormal:512"}, "prompt_len", "takes 2 number"),
     ({"output_len": "gamma:3:4"}, "output_len", "unknown distribution"),
     ({"prompt_len": "fixed:4000"}, "prompt_len", "over the model's context"),
@@ -62,9 +64,14 @@ def test_length_preview_matches_the_seed_and_says_its_numbers() -> None:
         form.length_preview("zipf:2", seed=0)
 
 
-def test_capacity_default_says_where_it_came_from() -> None:
+def test_capacity_default_says_where_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    import batchscope.jobs
+
     no_runs = pd.DataFrame(columns=["run_id", "gpu", "gpu_memory_bytes"])
     assert "RAM" in form.default_capacity(no_runs, "cpu").source
+    monkeypatch.setattr(batchscope.jobs, "_nvidia_gpu_present", lambda: False)
+    assert "no GPU is visible here, so auto runs on the CPU" in form.default_capacity(no_runs, "auto").source
+    monkeypatch.setattr(batchscope.jobs, "_nvidia_gpu_present", lambda: True)
     assert form.default_capacity(no_runs, "auto") == form.Capacity(150_109_880_320, form.default_capacity(
         no_runs, "auto").source)
     assert "H200" in form.default_capacity(no_runs, "cuda").source
@@ -207,3 +214,34 @@ def test_plain_text_escapes_what_markdown_would_turn_into_emoji_or_emphasis() ->
 
     assert plain("uniform:1:100: *x* __init__") == r"uniform\:1\:100\: \*x\* \_\_init\_\_"
     assert plain(r"a\b") == r"a\\b"
+
+
+def test_a_stored_spec_fills_the_form_it_was_launched_from() -> None:
+    from batchscope.ui import form_state
+
+    spec = {"model": "llama-3.2-1b", "dtype": "bfloat16", "engine": "fast", "mode": "static", "device": "auto",
+            "batch_sizes": [1, 3, 8], "prompt_len": "lognormal:512:0.6", "output_len": "fixed:64", "repeats": 2,
+            "warmup": 1, "seed": 7, "on_oom": "continue", "name": "x", "run_id": "r", "created_at": "t"}
+    again = form_state.form_from_spec(spec, SLO("e2e", 99, 900.0))
+    assert again.spec_dict()["batch_sizes"] == "1,3,8" and again.batch_mode == "list"
+    assert {k: again.spec_dict()[k] for k in ("model", "seed", "on_oom", "prompt_len")} == {
+        "model": "llama-3.2-1b", "seed": 7, "on_oom": "continue", "prompt_len": "lognormal:512:0.6"}
+    pow2 = form_state.form_from_spec({**spec, "batch_sizes": [4, 8, 16]}, None)
+    assert (pow2.batch_mode, pow2.batch_lo, pow2.batch_hi, pow2.slo) == ("pow2", 4, 16, None)
+    state = form_state.widget_state(again)
+    assert state["batch_mode"] == "Explicit list" and state["slo_on"] and state["slo_percentile"] == 99
+    continuous = form_state.form_from_spec({**spec, "mode": "continuous", "max_num_seqs": [1, 2, 4],
+                                            "concurrency": [8], "arrival": "", "num_requests": 32}, None)
+    assert (continuous.load, continuous.concurrency, continuous.max_num_seqs) == ("concurrency", "8", "1,2,4")
+    path = form_state.widget_state(form_state.form_from_spec({**spec, "model": "/models/x"}, None))
+    assert (path["model_source"], path["model_path"]) == ("Local checkpoint", "/models/x")
+
+
+def test_workload_lines_say_what_each_point_ran() -> None:
+    continuous = {"mode": "continuous", "prompt_len": "fixed:100", "output_len": "fixed:20", "seed": 1, "warmup": 0,
+                  "repeats": 3, "num_requests": 64, "arrival": "poisson:1,2,4", "max_num_seqs": [8],
+                  "max_num_batched_tokens": 2048, "engine": "fast", "device": "cuda"}
+    lines = run_view.workload_lines(continuous)
+    assert lines[1] == ("Each point: 3 measured repeats of 64 requests (192 measured) · Poisson arrivals 1,2,4 req/s")
+    assert lines[2].startswith("max_num_seqs 8 · token budget per step 2,048")
+    assert run_view.workload_lines(None) == []

@@ -224,6 +224,36 @@ def env_rows(env: dict[str, Any] | None) -> pd.DataFrame:
     return pd.DataFrame({"field": list(env), "value": ["—" if v is None else str(v) for v in env.values()]})
 
 
+def workload_lines(spec: dict[str, Any] | None) -> list[str]:
+    """The run's workload as a tuner reads it before trusting a number: lengths, what one point runs
+    (warm-up, repeats, requests), the sweep and its settings; empty when the spec was not recorded."""
+    if not spec:
+        return []
+    warmup, repeats = int(spec.get("warmup") or 0), int(spec.get("repeats") or 1)
+    lines = [f"Prompts {spec.get('prompt_len', '?')} · outputs {spec.get('output_len', '?')} tokens · "
+             f"seed {spec.get('seed', 0)}"]
+    ahead = f"{warmup} warm-up repeat{'s' if warmup != 1 else ''}, then " if warmup else ""
+    if spec.get("mode") == "continuous":
+        requests = int(spec.get("num_requests") or 0)
+        load = (f"Poisson arrivals {spec['arrival'].removeprefix('poisson:')} req/s" if spec.get("arrival")
+                else f"{_listed(spec.get('concurrency'))} concurrent clients")
+        lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''} of {requests} "
+                     f"requests ({requests * repeats:,} measured) · {load}")
+        lines.append(f"max_num_seqs {_listed(spec.get('max_num_seqs'))} · token budget per step "
+                     f"{int(spec.get('max_num_batched_tokens') or 0):,} · engine {spec.get('engine')} · "
+                     f"device {spec.get('device')}")
+        return lines
+    lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''}, each one batch of "
+                 f"as many requests as the batch size ({repeats} × B measured)")
+    lines.append(f"Batch sizes {_listed(spec.get('batch_sizes'))} · after an OOM: {spec.get('on_oom', 'stop')} · "
+                 f"engine {spec.get('engine')} · device {spec.get('device')}")
+    return lines
+
+
+def _listed(value: object) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def marker_sentences(analysis: Any) -> list[str]:
     """The one-sentence explanations of each marker, then the analysis notes (why a marker is absent)."""
     sentences = [marker.sentence for marker in (analysis.plateau, analysis.kneedle, analysis.slo_limit,

@@ -72,29 +72,34 @@ def parse_slo_param(text: str | None) -> SLO | None:
         return None
 
 
-def start_state(state: MutableMapping, keys: Keys, default: SLO, default_on: bool) -> None:
+def state(prefix: str, slo: SLO | None, default: SLO = DEFAULT_SLO) -> dict[str, object]:
+    """The widget values, by key, that show `slo` (switched off, at `default`, for None): what another
+    page sets to open this one with an SLO."""
+    keys, shown = Keys(prefix), slo or default
+    return {keys.on: slo is not None, keys.metric: shown.metric, keys.percentile: shown.percentile,
+            keys.ms: float(shown.ms)}
+
+
+def start_state(session: MutableMapping, keys: Keys, default: SLO, default_on: bool) -> None:
     """Give every widget its first value once, so none is passed both a value and a session state."""
-    for key, value in ((keys.on, default_on), (keys.metric, default.metric),
-                       (keys.percentile, default.percentile), (keys.ms, float(default.ms))):
-        state.setdefault(key, value)
+    for key, value in state(keys.prefix, default if default_on else None, default).items():
+        session.setdefault(key, value)
 
 
-def adopt_url(state: MutableMapping, keys: Keys, url_text: str | None) -> None:
+def adopt_url(session: MutableMapping, keys: Keys, url_text: str | None) -> None:
     """Set the widgets from the URL when its SLO is not the one this control last wrote (a link was
     opened, or New sweep handed one over); a URL without an SLO switches it off."""
-    if keys.published in state and state[keys.published] == url_text:
+    if keys.published in session and session[keys.published] == url_text:
         return
     found = parse_slo_param(url_text)
-    state[keys.on] = found is not None
-    if found is not None:
-        state.update({keys.metric: found.metric, keys.percentile: found.percentile, keys.ms: float(found.ms)})
-    state[keys.published] = url_text
+    session.update(state(keys.prefix, found) if found is not None else {keys.on: False})
+    session[keys.published] = url_text
 
 
-def publish(state: MutableMapping, keys: Keys, params: MutableMapping, slo: SLO | None) -> None:
+def publish(session: MutableMapping, keys: Keys, params: MutableMapping, slo: SLO | None) -> None:
     """Write the SLO in use to the URL (or take it out), remembering what was written."""
     text = slo_param(slo) if slo is not None else None
-    state[keys.published] = text
+    session[keys.published] = text
     if text is not None:
         params[URL_PARAM] = text
     elif URL_PARAM in params:
@@ -110,20 +115,20 @@ def slo_control(prefix: str, *, switch: str | None = "Latency SLO", default: SLO
     limit is said next to the field and gives None (`refused` then tells the page).
     """
     keys = Keys(prefix)
-    state = st.session_state
-    start_state(state, keys, default, default_on)
+    session = st.session_state
+    start_state(session, keys, default, default_on)
     if url:
-        adopt_url(state, keys, st.query_params.get(URL_PARAM))
-    widths = [1.2, 1, 1, 1.6] if switch else [1, 1, 3]
+        adopt_url(session, keys, st.query_params.get(URL_PARAM))
+    widths = [max(1.2, len(switch) / 24), 1, 1, 1.6] if switch else [1, 1, 3]  # room for a long switch label
     columns = iter(st.columns(widths, vertical_alignment="bottom"))
     on = next(columns).toggle(switch, key=keys.on) if switch else True
     metric = next(columns).selectbox("SLO metric", SLO_METRICS, key=keys.metric, format_func=str.upper)
     percentile = int(next(columns).selectbox("Latency percentile", SLO_PERCENTILES, key=keys.percentile,
                                              format_func=lambda p: f"P{p}"))
     slo, refused = _limit(next(columns), keys, on, metric, percentile, span)
-    state[keys.refused] = refused
+    session[keys.refused] = refused
     if url:
-        publish(state, keys, st.query_params, slo)
+        publish(session, keys, st.query_params, slo)
     return slo
 
 
