@@ -4,6 +4,8 @@ The URL carries the run (`?run=<id>`) and the SLO (`&slo=ttft:95:500`), so a lin
 """
 from __future__ import annotations
 
+from datetime import datetime
+
 import streamlit as st
 
 from batchscope import charts, timeline
@@ -40,22 +42,38 @@ slo = slo_control("run_slo", url=True)
 percentile = latency_choice("run_slo")[1]
 
 
-def show_progress(progress: dict, spec: dict) -> None:
-    """The live strip: bar, current point, elapsed, ETA and the cancel button."""
-    view = run_view.progress_view(progress, spec.get("repeats"), run_view.point_labels(spec))
+def show_progress(progress: dict, spec: dict, stored: int) -> None:
+    """The live strip: bar, current point, elapsed, ETA and the cancel button, which stays pressed and
+    says so until the runner stops."""
+    view = run_view.progress_view(progress, spec.get("repeats"), run_view.point_labels(spec), stored)
     st.progress(view.fraction, text=view.headline)
     if view.current:
         st.caption(f"Now: {view.current}")
     elapsed_col, eta_col, cancel_col = st.columns(3)
     elapsed_col.metric("Elapsed", view.elapsed)
     eta_col.metric("ETA", view.eta)
-    if cancel_col.button("Cancel sweep", icon=":material/stop_circle:", key=f"cancel_{run_id}"):
-        try:
-            resources.jobs().cancel(run_id)
-        except KeyError:
-            st.warning("This run is no longer known to the job queue.")
-        else:
-            st.toast("Cancel requested: the sweep stops at the next step and keeps finished points.")
+    asked = f"cancel_requested_{run_id}"
+    cancel_col.button("Cancelling…" if asked in st.session_state else "Cancel sweep", icon=":material/stop_circle:",
+                      key=f"cancel_{run_id}", disabled=asked in st.session_state, on_click=request_cancel,
+                      args=(asked,))
+    if st.session_state.get(asked) == UNKNOWN:
+        st.warning("This run is no longer known to the job queue.")
+    elif asked in st.session_state:
+        st.info(f"Cancel requested at {st.session_state[asked]}: the sweep stops at the next step and keeps "
+                f"its finished points.", icon=":material/stop_circle:")
+
+
+UNKNOWN = "unknown to the job queue"
+
+
+def request_cancel(asked: str) -> None:
+    """Ask the runner to stop, and remember when, so the button is drawn pressed (before the redraw)."""
+    try:
+        resources.jobs().cancel(run_id)
+    except KeyError:
+        st.session_state[asked] = UNKNOWN
+    else:
+        st.session_state[asked] = datetime.now().strftime("%H:%M:%S")
 
 
 def show_outcome(progress: dict) -> None:
@@ -72,10 +90,10 @@ def show_outcome(progress: dict) -> None:
         st.info(plain(progress["stopped_early"]))
 
 
-def show_results(data: run_view.RunData) -> None:
+def show_results(data: run_view.RunData, progress: dict) -> None:
     """Charts, marker sentences, the points table, downloads and the fingerprint."""
     if data.analysis is None:
-        st.info("No finished points yet: the charts appear as soon as the first point is measured.")
+        st.info(run_view.no_results_words(progress))
         return
     st.vega_lite_chart(spec=charts.linked_charts(data.table, data.analysis, slo, percentile=percentile,
                                                  memory_split=data.split, run=data.run.get("name") or run_id),
@@ -169,12 +187,12 @@ def run_body(live_at_start: bool) -> None:
     show_workload(data.run.get("spec") or {})
     live = run_view.is_live(progress)
     if progress.get("state") in run_view.LIVE_STATES:
-        show_progress(progress, data.run.get("spec") or {})
+        show_progress(progress, data.run.get("spec") or {}, len(data.table))
     else:
         show_outcome(progress)
         if live:
             st.caption("Storing the last results…")
-    show_results(data)
+    show_results(data, progress)
     show_timeline(data)
     show_fingerprint(data)
     if live_at_start and not live:

@@ -275,6 +275,9 @@ def test_launching_a_tiny_cpu_sweep_opens_its_run_page_while_it_runs(home) -> No
     assert any(m.label in ("Elapsed", "ETA") for m in running.metric)
     running.button(key=f"cancel_{run_id}").click().run()
     no_traceback(running)
+    if manager(home).progress(run_id)["state"] == "running":  # the confirmation stays until the runner stops
+        assert any(i.startswith("Cancel requested at ") for i in texts(running, "info")), texts(running, "info")
+        assert running.button(key=f"cancel_{run_id}").disabled
     assert manager(home).wait(run_id, timeout=120) in ("cancelled", "done")
     finished = open_page("app_pages/run.py", run=run_id)
     no_traceback(finished)

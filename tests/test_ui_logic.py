@@ -245,3 +245,17 @@ def test_workload_lines_say_what_each_point_ran() -> None:
     assert lines[1] == ("Each point: 3 measured repeats of 64 requests (192 measured) · Poisson arrivals 1,2,4 req/s")
     assert lines[2].startswith("max_num_seqs 8 · token budget per step 2,048")
     assert run_view.workload_lines(None) == []
+
+
+def test_live_progress_agrees_with_the_charts_and_names_no_point_after_the_last() -> None:
+    running = {"state": "running", "points_done": 2, "points_total": 4,
+               "current": {"point_index": 2, "batch_size": 4, "stage": "measure", "repeat": 0}}
+    view = run_view.progress_view(running, repeats=2, stored=0)
+    assert view.headline == "2 of 4 points done · 2 being stored" and view.current.startswith("point 3")
+    assert run_view.progress_view(running, stored=2).headline == "2 of 4 points done"
+    assert run_view.no_results_words(running) == (
+        "2 points are finished and being stored: the charts appear in a moment.")
+    assert run_view.no_results_words({"state": "running", "points_done": 0}).startswith("No finished points yet")
+    last = {**running, "points_done": 4}  # the runner has not written done yet, but measures nothing
+    assert run_view.progress_view(last).current == ""
+    assert run_view.progress_view({**running, "state": "cancelled"}).current == ""

@@ -123,21 +123,35 @@ def point_labels(spec: dict[str, Any] | None) -> list[str] | None:
 
 
 def progress_view(progress: dict[str, Any], repeats: int | None = None,
-                  labels: list[str] | None = None) -> ProgressView:
+                  labels: list[str] | None = None, stored: int | None = None) -> ProgressView:
     """Words and a 0..1 fraction from JobManager.progress (status.json plus elapsed, ETA, queue place);
-    `labels` name the points (see `point_labels`)."""
+    `labels` name the points (see `point_labels`); `stored` is how many points the history holds, so
+    the strip says when the runner is ahead of the charts. The current point is named only while one
+    is being measured: after the last, a stale "Now: point 3" would contradict "3 of 3 points done"."""
     state = str(progress.get("state") or "unknown")
     done = int(progress.get("points_done") or 0)
     total = int(progress.get("points_total") or 0)
     fraction = min(1.0, done / total) if total else 0.0
     headline = f"{done} of {total} points done" if total else f"{done} points done"
+    if stored is not None and stored < done:
+        headline += f" · {done - stored} being stored"
     if state == "queued":
         place = progress.get("queue_position")
         headline = f"queued — position {place} in the queue" if place else "queued — waiting for the GPU"
+    measuring = state == "running" and (not total or done < total)
     return ProgressView(state=state, fraction=fraction, headline=headline,
-                        current=_current_words(progress.get("current"), repeats, labels),
+                        current=_current_words(progress.get("current"), repeats, labels) if measuring else "",
                         elapsed=format_duration(progress.get("elapsed_s")),
                         eta=format_duration(progress.get("eta_s")), live=state in LIVE_STATES)
+
+
+def no_results_words(progress: dict[str, Any]) -> str:
+    """What the results area says before any point is stored, agreeing with the progress strip."""
+    done = int(progress.get("points_done") or 0)
+    if done:
+        return (f"{done} point{'s are' if done > 1 else ' is'} finished and being stored: the charts appear "
+                f"in a moment.")
+    return "No finished points yet: the charts appear as soon as the first point is measured."
 
 
 def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: list[str] | None) -> str:
