@@ -9,6 +9,7 @@ import streamlit as st
 from batchscope import charts
 from batchscope.analysis import SLO
 from batchscope.ui import history_view, resources, tables
+from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import latency_choice, slo_control
 
 st.title("History")
@@ -24,11 +25,11 @@ def show_import() -> None:
         if st.button("Import", key="import_button", icon=":material/upload:"):
             result = history_view.import_folder(store, path)
             if result.error:
-                st.error(result.error)
+                st.error(plain(result.error))
             else:
-                st.success(f"Imported {result.run_id}: {result.points_added} new point(s).")
+                st.success(plain(f"Imported {result.run_id}: {result.points_added} new point(s)."))
                 for warning in result.warnings:
-                    st.warning(warning)
+                    st.warning(plain(warning))
 
 
 if all_runs.empty:
@@ -63,7 +64,7 @@ if picked:
                                                            lambda run_id: resources.load_run(run_id, slo))
     problem = problem or history_view.axis_problem(overlay)
     if problem:
-        st.warning(problem)
+        st.warning(plain(problem))
     elif not overlay:
         st.info("None of the chosen runs has finished points yet.")
     else:
@@ -75,7 +76,11 @@ if picked:
             {label: data.analysis for label, data in overlay.items()},
             {label: data.split for label, data in overlay.items()},
             slo=slo, percentile=percentile, latency_metric=metric), width="content")
-        st.caption("Runs are compared only with their fingerprints in view: check GPU, driver and versions above.")
+        different = history_view.device_problem(overlay)
+        if different:
+            st.warning(plain(different), icon=":material/warning:")
+        st.markdown("**What each ran on**: compare runs only with these in view.")
+        st.dataframe(history_view.fingerprints(overlay), hide_index=True, width="stretch")
         st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")
         side_by_side = history_view.comparison_table(overlay)
         st.dataframe(side_by_side, hide_index=True, width="stretch", column_config=tables.column_config(side_by_side))
@@ -100,7 +105,7 @@ with rename_col:
             st.error(problem)
         else:
             store.rename(target, new_name)
-            st.toast(f"Renamed to {new_name.strip()!r}.")
+            st.toast(plain(f"Renamed to {new_name.strip()!r}."))
             st.rerun()
 with delete_col:
     also_folder = st.checkbox("Also delete its run folder on disk", key="delete_folder")
@@ -109,8 +114,8 @@ with delete_col:
             st.session_state["confirm_delete"] = target
             st.rerun()
     else:
-        st.warning(f"Delete {labels_every[target]} ({target}) from the history"
-                   f"{' and its folder' if also_folder else ''}? This cannot be undone.")
+        st.warning(plain(f"Delete {labels_every[target]} ({target}) from the history"
+                         f"{' and its folder' if also_folder else ''}? This cannot be undone."))
         yes_col, no_col = st.columns(2)
         if yes_col.button("Yes, delete", type="primary", key="delete_confirm"):
             if target in resources.jobs().active() + resources.jobs().queue():
@@ -119,10 +124,10 @@ with delete_col:
                 try:
                     store.delete(target, delete_folder=also_folder)
                 except ValueError as problem:
-                    st.error(str(problem))
+                    st.error(plain(problem))
                 else:
                     st.session_state.pop("confirm_delete", None)
-                    st.toast(f"Deleted {target}.")
+                    st.toast(plain(f"Deleted {target}."))
                     st.rerun()
         if no_col.button("Keep it", key="delete_cancel"):
             st.session_state.pop("confirm_delete", None)

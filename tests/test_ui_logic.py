@@ -259,3 +259,16 @@ def test_live_progress_agrees_with_the_charts_and_names_no_point_after_the_last(
     last = {**running, "points_done": 4}  # the runner has not written done yet, but measures nothing
     assert run_view.progress_view(last).current == ""
     assert run_view.progress_view({**running, "state": "cancelled"}).current == ""
+
+
+def test_overlaying_runs_from_different_devices_is_said_with_their_fingerprints() -> None:
+    cpu = run_view.RunData({"run_id": "a", "device": "cpu", "torch_version": "2.13.0+cpu"}, None, pd.DataFrame())
+    gpu = run_view.RunData({"run_id": "b", "gpu_name": "NVIDIA H200", "device": "cuda", "driver": "580"}, None,
+                           pd.DataFrame())
+    prints = history_view.fingerprints({"tiny": cpu, "8B": gpu})
+    assert prints.to_dict("records")[1] == {"run": "8B", "GPU / device": "NVIDIA H200", "driver": "580", "CUDA": "—",
+                                            "torch": "—", "transformers": "—", "engine": "—"}
+    warning = history_view.device_problem({"tiny": cpu, "8B": gpu})
+    assert "different devices (NVIDIA H200: 8B; cpu: tiny)" in warning
+    assert history_view.device_problem({"tiny": cpu, "again": cpu}) is None
+

@@ -99,6 +99,31 @@ def axis_problem(overlay: dict[str, RunData]) -> str | None:
     return None
 
 
+FINGERPRINT_FIELDS = {"device": "GPU / device", "driver": "driver", "cuda": "CUDA", "torch_version": "torch",
+                      "transformers_version": "transformers", "engine_version": "engine"}
+
+
+def fingerprints(overlay: dict[str, RunData]) -> pd.DataFrame:
+    """One row per overlaid run: what it ran on and with, so a comparison is read with them in view."""
+    rows = []
+    for label, data in overlay.items():
+        run = data.run
+        device = run.get("gpu_name") or run.get("device")
+        rows.append({"run": label, **{title: str(value) if value else "—" for title, value in zip(
+            FINGERPRINT_FIELDS.values(), [device, *(run.get(f) for f in list(FINGERPRINT_FIELDS)[1:])])}})
+    return pd.DataFrame(rows, columns=["run", *FINGERPRINT_FIELDS.values()])
+
+
+def device_problem(overlay: dict[str, RunData]) -> str | None:
+    """Why the overlaid numbers are not comparable, or None: runs measured on different devices."""
+    devices = fingerprints(overlay).groupby("GPU / device")["run"].apply(list)
+    if len(devices) < 2:
+        return None
+    listed = "; ".join(f"{device}: {', '.join(runs)}" for device, runs in devices.items())
+    return (f"These runs were measured on different devices ({listed}): compare the shapes of their curves, "
+            f"not their numbers.")
+
+
 def comparison_table(overlay: dict[str, RunData]) -> pd.DataFrame:
     """One row per overlaid run: where its knee markers fall, its best throughput, its weights and the
     largest point that fit — the side-by-side a bfloat16 vs fp8 (or fast vs hf-generate) question needs."""
