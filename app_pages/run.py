@@ -95,6 +95,9 @@ def show_results(data: run_view.RunData, progress: dict) -> None:
     if data.analysis is None:
         st.info(run_view.no_results_words(progress))
         return
+    noisy = run_view.noise_warning(data.run, data.table, data.analysis.axis)
+    if noisy:
+        st.warning(plain(noisy), icon=":material/ssid_chart:")
     st.vega_lite_chart(spec=charts.linked_charts(data.table, data.analysis, slo, percentile=percentile,
                                                  memory_split=data.split, run=data.run.get("name") or run_id),
                        width="content")

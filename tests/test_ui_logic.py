@@ -272,3 +272,12 @@ def test_overlaying_runs_from_different_devices_is_said_with_their_fingerprints(
     assert "different devices (NVIDIA H200: 8B; cpu: tiny)" in warning
     assert history_view.device_problem({"tiny": cpu, "again": cpu}) is None
 
+
+def test_a_cpu_run_or_scattered_repeats_get_a_noise_warning() -> None:
+    table = pd.DataFrame({"x": [1.0, 2.0], "status": ["ok", "ok"], "output_tokens_per_s": [600.0, 900.0],
+                          "output_tokens_per_s_min": [28.0, 880.0], "output_tokens_per_s_max": [728.0, 910.0]})
+    warning = run_view.noise_warning({"env": {"device": "cpu", "cpu_count": 2}}, table, BATCH)
+    assert warning.startswith("This run measured a CPU with 2 cores")
+    assert "repeats differ by up to 117 % of the median (batch 1: 28–728 tok/s)" in warning
+    tight = table.assign(output_tokens_per_s_min=[590.0, 880.0], output_tokens_per_s_max=[610.0, 910.0])
+    assert run_view.noise_warning({"env": {"device": "cuda"}}, tight, BATCH) is None

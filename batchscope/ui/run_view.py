@@ -10,6 +10,8 @@ import pandas as pd
 
 from batchscope.analysis import SLO, Analysis, analyse, memory_split
 from batchscope.analysis.axis import AXES, SweepAxis, sweep_x
+from batchscope.analysis.marker import pct
+from batchscope.analysis.noise import describe_spread
 from batchscope.store import Store
 from batchscope.ui import tables
 from runners.continuous_spec import points as continuous_points
@@ -266,6 +268,31 @@ def workload_lines(spec: dict[str, Any] | None) -> list[str]:
 
 def _listed(value: object) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+NOISY_SPREAD = 0.25  # repeats that differ by more than this share of their median make single numbers doubtful
+
+
+def noise_warning(run: dict[str, Any], table: pd.DataFrame, axis: SweepAxis) -> str | None:
+    """Why this run's numbers may not repeat, or None: it ran on a CPU, which it shares with everything
+    else on the machine (identical tiny sweeps on a 2-core machine gave 28, 728 and 600 tok/s at batch
+    1), or its repeats differ by more than NOISY_SPREAD at some point."""
+    found = []
+    env = run.get("env") or {}
+    if (env.get("device") or run.get("device")) == "cpu":
+        cores = env.get("cpu_count")
+        found.append(f"This run measured a CPU{f' with {cores} cores' if cores else ''}, shared with everything "
+                     f"else running on that machine: the same sweep can differ several-fold from one run to the next.")
+    ok = table[table["status"] == "ok"] if "status" in table else table
+    if {"output_tokens_per_s_min", "output_tokens_per_s_max"} <= set(ok.columns) and not ok.empty:
+        spread = (ok["output_tokens_per_s_max"] - ok["output_tokens_per_s_min"]) / ok["output_tokens_per_s"]
+        if spread.notna().any() and spread.max() > NOISY_SPREAD:
+            worst = ok.loc[spread.idxmax()]
+            found.append(f"Its repeats differ by up to {pct(spread.max())} of the median ({axis.at(worst['x'])}: "
+                         f"{describe_spread(worst)}).")
+    if not found:
+        return None
+    return " ".join(found) + " Read the repeat bands, and compare runs only from the same device under the same load."
 
 
 def marker_sentences(analysis: Any) -> list[str]:
