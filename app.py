@@ -1,12 +1,15 @@
 """BatchScope's entry point: `streamlit run app.py`. Registers the pages and draws the home page."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from batchscope.ui import resources
 from batchscope.ui.run_view import informative_run, run_title
 
 LATEST_RUNS = 5
+FAVICON = Path(__file__).parent / "assets" / "favicon.png"
 
 
 def home() -> None:
@@ -34,7 +37,8 @@ def home() -> None:
         st.page_link("app_pages/run.py", label=f"{run_title(run)} · {run['state']}", query_params={"run": run["run_id"]})
 
 
-st.set_page_config(page_title="BatchScope", page_icon=":material/stacked_line_chart:", layout="wide")
+# A local image, not a :material/...: icon, whose favicon the browser fetches from a font CDN (offline: none).
+st.set_page_config(page_title="BatchScope", page_icon=str(FAVICON), layout="wide")
 page = st.navigation([
     st.Page(home, title="Home", icon=":material/home:", default=True),
     st.Page("app_pages/new_sweep.py", title="New sweep", icon=":material/play_arrow:"),
