@@ -194,7 +194,8 @@ def points_display(table: pd.DataFrame) -> pd.DataFrame:
 def failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
     """One line per point that did not finish, in a few words: "batch 256: out of memory: needed 15.98 GiB
     more, 5.17 GiB of 139.80 GiB free" (the full text is in the CSV)."""
-    failed = table[table["status"] != "ok"].assign(x=sweep_x(table)).sort_values("x")
+    placed = table.assign(x=sweep_x(table))  # before filtering: an empty frame would adopt the x's index
+    failed = placed[placed["status"] != "ok"].sort_values("x")
     return [f"{axis.at_start(row.x)}: {tables.failure_summary(row.status, getattr(row, 'error', None))}"
             for row in failed.itertuples()]
 
