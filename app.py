@@ -5,6 +5,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from batchscope import charts
 from batchscope.ui import resources
 from batchscope.ui.run_view import informative_run, run_title
 
@@ -28,13 +29,18 @@ def home() -> None:
         resources.show_unexpected(error, "reading the run history")
         return
     latest = informative_run(runs)
+    resources.analyse_ahead(latest)  # the run the next click most likely opens
     right.page_link("app_pages/run.py", label="Latest run with results", icon=":material/monitoring:",
                     query_params={"run": latest} if latest else None, disabled=latest is None)
     st.subheader("Latest runs")
     if runs.empty:
         st.info("No runs yet. Start a new sweep, or import a run folder on the History page.")
+        return
+    links, chart = st.columns([3, 2])
     for run in runs.head(LATEST_RUNS).to_dict("records"):
-        st.page_link("app_pages/run.py", label=f"{run_title(run)} · {run['state']}", query_params={"run": run["run_id"]})
+        links.page_link("app_pages/run.py", label=f"{run_title(run)} · {run['state']}",
+                        query_params={"run": run["run_id"]})
+    chart.vega_lite_chart(spec=charts.best_throughput_chart(runs.head(LATEST_RUNS)), width="stretch")
 
 
 # A local image, not a :material/...: icon, whose favicon the browser fetches from a font CDN (offline: none).

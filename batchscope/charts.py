@@ -415,7 +415,8 @@ def _grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.D
         layers = [{"layer": _panel_layers(name, frame, frame_data, x, x_name, colour_by, stacked, y_top)}]
         if marker_data is not None:
             layers += _marker_layers(markers, marker_data, x, labelled=name == "throughput", domain=domain, data=data)
-        layers.append({"data": frame_data, "mark": {"type": "rule", "color": "#555", "strokeWidth": 1},
+        layers.append({"name": f"pointer_{name}", "data": frame_data, "mark": {"type": "rule", "color": "#555",
+                                                                               "strokeWidth": 1},
                        "encoding": {"x": x}, "transform": [{"filter": {"param": HOVER, "empty": False}}]})
         if name == "latency" and slo is not None:
             layers += _level(data, float(slo.ms), _slo_label(slo), "#d95f02", align="left")
@@ -508,7 +509,7 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
                                     "detail": _n("run"),
                                     **({"opacity": _when(LEGEND, 0.18, 0.03)} if overlay else {})}})
     if stacked:
-        layers.append({"mark": {"type": "area", "opacity": 0.85, "line": True},
+        layers.append({"name": f"stack_{name}", "mark": {"type": "area", "opacity": 0.85, "line": True},
                        "encoding": {"x": x, "y": y, "color": colour, **order}})
     else:
         # One run: predictions dashed. Overlay: one series per run and panel, so colour alone says which run.
@@ -604,6 +605,23 @@ def _level(data: _Data, level: float, label: str, colour: str, align: str, dash:
             {"data": source, "mark": {"type": "text", "align": align, "baseline": "bottom", "color": colour,
                                       "fontSize": 10, "dy": -2},
              "encoding": {"y": _q("value"), "x": x, "text": _n("label")}}]
+
+
+def best_throughput_chart(runs: pd.DataFrame) -> dict:
+    """Home's glance at the latest runs: each one's best output tokens/s, coloured by how it ended (a
+    cancelled one-point run reads as the stub it is)."""
+    frame = runs.assign(label=runs["name"].fillna(runs["run_id"]), best=runs["best_output_tokens_per_s"].fillna(0.0),
+                        shown=[value_text(v, "tok/s") if pd.notna(v) else "no finished point"
+                               for v in runs["best_output_tokens_per_s"]])[
+        ["label", "best", "shown", "state", "points_ok"]]
+    return {"$schema": "https://vega.github.io/schema/vega-lite/v6.json",
+            "data": {"values": json.loads(frame.to_json(orient="records"))}, "height": 24 * max(1, len(frame)),
+            "mark": {"type": "bar", "cornerRadiusEnd": 3},
+            "encoding": {"y": _n("label", title=None, sort=None, axis={"labelLimit": 200}),
+                         "x": _q("best", title="best output tokens/s"),
+                         "color": _n("state", title=None, legend={"orient": "bottom"}),
+                         "tooltip": [_n("label", title="run"), _n("shown", title="best"), _n("state"),
+                                     _q("points_ok", title="ok points")]}}
 
 
 def length_histogram(lengths: list[int], title: str) -> alt.Chart:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pandas as pd
 import streamlit as st
@@ -34,6 +35,22 @@ def store() -> Store:
 def run_cache() -> RunCache:
     """The process-wide cache of analysed runs (see run_cache), shared by every session."""
     return RunCache()
+
+
+def analyse_ahead(run_id: str | None) -> None:
+    """Analyse a run in a background thread, so the page a user most likely opens next finds it ready
+    (the first analysis of a large run is most of a cold Run page's wait)."""
+    if run_id is None:
+        return
+    cache, history = run_cache(), store()
+
+    def work() -> None:
+        try:
+            cache.load(history, run_id, None)
+        except Exception:  # only a head start: the page analyses it again and shows any error
+            log.exception("analysing run %s ahead of time", run_id)
+
+    threading.Thread(target=work, name=f"analyse-ahead-{run_id}", daemon=True).start()
 
 
 def load_run(run_id: str, slo: SLO | None) -> RunData | None:
