@@ -327,3 +327,13 @@ def test_a_roofline_near_the_measured_curve_keeps_its_full_height() -> None:
     assert charts._y_top("throughput", frame) is None  # 1.4× the best: readable together
     far = frame.assign(value=[100.0, 180.0, 2000.0, 4000.0])
     assert charts._y_top("throughput", far) == pytest.approx(190.0 * charts.OFF_SCALE)
+
+
+def test_home_shows_each_latest_runs_best_throughput() -> None:
+    runs = pd.DataFrame({"run_id": ["a", "b"], "name": ["one point", None], "state": ["cancelled", "done"],
+                         "points_ok": [0, 9], "best_output_tokens_per_s": [None, 4201.3]})
+    spec = charts.best_throughput_chart(runs)
+    rows = spec["data"]["values"]
+    assert [(r["label"], r["best"], r["shown"]) for r in rows] == [("one point", 0.0, "no finished point"),
+                                                                   ("b", 4201.3, "4 201 tok/s")]
+    assert spec["encoding"]["x"]["field"] == "best" and spec["height"] == 48
