@@ -615,7 +615,7 @@ def best_throughput_chart(runs: pd.DataFrame) -> dict:
                                for v in runs["best_output_tokens_per_s"]])[
         ["label", "best", "shown", "state", "points_ok"]]
     return {"$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-            "data": {"values": json.loads(frame.to_json(orient="records"))}, "height": 24 * max(1, len(frame)),
+            "data": {"values": json.loads(frame.to_json(orient="records"))}, "height": {"step": 22},
             "mark": {"type": "bar", "cornerRadiusEnd": 3},
             "encoding": {"y": _n("label", title=None, sort=None, axis={"labelLimit": 200}),
                          "x": _q("best", title="best output tokens/s"),

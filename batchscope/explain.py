@@ -99,10 +99,6 @@ def throughput_sentences(table: pd.DataFrame, analysis: Analysis | None) -> tupl
     first_gain = doubling_gain(curve.iloc[0], curve.iloc[1])
     last_gain = doubling_gain(curve.iloc[-2], curve.iloc[-1])
     last_step = f"{int(curve.iloc[-2]['batch_size'])} → {int(last['batch_size'])}"
-    if spreads_overlap(curve.iloc[-2], last):
-        return opening, (f"The last step ({last_step}) adds {pct(last_gain, 1)} per doubling, but within the noise: "
-                         f"their repeats overlap ({describe_spread(curve.iloc[-2])} against "
-                         f"{describe_spread(last)}), so where the returns stop is not resolved.")
     ceiling = oom_past(table, int(last["batch_size"]))
     beyond = (f"; batch {ceiling} ran out of memory, so this is as far as the device goes" if ceiling is not None
               else "")

@@ -336,4 +336,4 @@ def test_home_shows_each_latest_runs_best_throughput() -> None:
     rows = spec["data"]["values"]
     assert [(r["label"], r["best"], r["shown"]) for r in rows] == [("one point", 0.0, "no finished point"),
                                                                    ("b", 4201.3, "4 201 tok/s")]
-    assert spec["encoding"]["x"]["field"] == "best" and spec["height"] == 48
+    assert spec["encoding"]["x"]["field"] == "best" and spec["height"] == {"step": 22}

@@ -378,3 +378,12 @@ def test_explain_never_asks_for_larger_batches_past_an_oom() -> None:
     second = explain.throughput_sentences(table, analysis(table))[1]
     assert "batch 8 ran out of memory, so this is as far as the device goes" in second
     assert "beyond the largest batch" not in second
+
+
+def test_a_rise_the_run_page_calls_still_rising_is_not_called_noise_by_explain() -> None:
+    table = points(output_tokens_per_s=[500.0, 2962.0, 4201.0], output_tokens_per_s_min=[490.0, 2596.0, 3240.0],
+                   output_tokens_per_s_max=[510.0, 3329.0, 5161.0])
+    run_page = analyse(table, None, None)
+    assert any(note.startswith("No plateau: going from batch 2 to 4 still adds") for note in run_page.notes)
+    second = explain.throughput_sentences(table, run_page)[1]
+    assert "noise" not in second and "the last (2 → 4) only 41.8 %" in second
