@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import streamlit as st
 
@@ -24,36 +24,21 @@ URL_PARAM = "slo"
 Span = Callable[[str, int], "tuple[float, float, float] | None"]
 
 
-@dataclass(frozen=True)
-class Keys:
-    """The session-state keys of one page's control, all under its prefix."""
+class Keys(NamedTuple):
+    """The session-state keys of one page's control, each `<prefix>_<field>`; `published` is the URL
+    text the control last wrote (a different one came from outside), `refused` whether its limit was bad."""
 
     prefix: str
+    on: str
+    metric: str
+    percentile: str
+    ms: str
+    published: str
+    refused: str
 
-    @property
-    def on(self) -> str:
-        return f"{self.prefix}_on"
-
-    @property
-    def metric(self) -> str:
-        return f"{self.prefix}_metric"
-
-    @property
-    def percentile(self) -> str:
-        return f"{self.prefix}_percentile"
-
-    @property
-    def ms(self) -> str:
-        return f"{self.prefix}_ms"
-
-    @property
-    def published(self) -> str:
-        """The URL text this control last wrote, so a different one is known to come from outside."""
-        return f"{self.prefix}_published"
-
-    @property
-    def refused(self) -> str:
-        return f"{self.prefix}_refused"
+    @classmethod
+    def of(cls, prefix: str) -> Keys:
+        return cls(prefix, *(f"{prefix}_{name}" for name in cls._fields[1:]))
 
 
 def slo_param(value: SLO) -> str:
@@ -75,7 +60,7 @@ def parse_slo_param(text: str | None) -> SLO | None:
 def state(prefix: str, slo: SLO | None, default: SLO = DEFAULT_SLO) -> dict[str, object]:
     """The widget values, by key, that show `slo` (switched off, at `default`, for None): what another
     page sets to open this one with an SLO."""
-    keys, shown = Keys(prefix), slo or default
+    keys, shown = Keys.of(prefix), slo or default
     return {keys.on: slo is not None, keys.metric: shown.metric, keys.percentile: shown.percentile,
             keys.ms: float(shown.ms)}
 
@@ -114,7 +99,7 @@ def slo_control(prefix: str, *, switch: str | None = "Latency SLO", default: SLO
     it, a slider over the run's own latency range for the chosen metric and percentile. An invalid
     limit is said next to the field and gives None (`refused` then tells the page).
     """
-    keys = Keys(prefix)
+    keys = Keys.of(prefix)
     session = st.session_state
     start_state(session, keys, default, default_on)
     if url:
@@ -163,10 +148,10 @@ def slider_step(low: float, high: float) -> float:
 
 def refused(prefix: str) -> bool:
     """True when the control is on but its limit is not a valid SLO (it has said why beside the field)."""
-    return bool(st.session_state.get(Keys(prefix).refused))
+    return bool(st.session_state.get(Keys.of(prefix).refused))
 
 
 def latency_choice(prefix: str) -> tuple[str, int]:
     """The metric and percentile the control shows, which also choose the latency drawn when no SLO is on."""
-    keys = Keys(prefix)
+    keys = Keys.of(prefix)
     return str(st.session_state[keys.metric]), int(st.session_state[keys.percentile])
