@@ -71,14 +71,14 @@ if picked:
         skipped = len(picked) - len(overlay)
         if skipped:
             st.caption(f"{skipped} chosen run(s) have no finished points and are not drawn.")
+        different = history_view.device_problem(overlay)
+        if different:  # said before the charts invite a comparison
+            st.warning(plain(different), icon=":material/warning:")
         st.vega_lite_chart(spec=charts.overlay_charts(
             {label: data.table for label, data in overlay.items()},
             {label: data.analysis for label, data in overlay.items()},
             {label: data.split for label, data in overlay.items()},
             slo=slo, percentile=percentile, latency_metric=metric), width="content")
-        different = history_view.device_problem(overlay)
-        if different:
-            st.warning(plain(different), icon=":material/warning:")
         st.markdown("**What each ran on**: compare runs only with these in view.")
         st.dataframe(history_view.fingerprints(overlay), hide_index=True, width="stretch")
         st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")
@@ -90,7 +90,7 @@ if picked:
             st.page_link("app_pages/run.py", label=f"Open {label}", query_params={"run": data.run["run_id"]},
                          icon=":material/open_in_new:")
 else:
-    st.caption("Pick two or more runs to overlay them on the four charts.")
+    st.caption("Pick two or more runs to overlay them on the linked charts, under one SLO.")
 
 st.subheader("Manage a run")
 labels_every = history_view.overlay_labels(all_runs, all_runs["run_id"].tolist())

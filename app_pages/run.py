@@ -1,4 +1,4 @@
-"""Run: one sweep's live progress, then its four linked charts, markers, points table and fingerprint.
+"""Run: one sweep's live progress and workload, then its linked charts, markers, points table and fingerprint.
 
 The URL carries the run (`?run=<id>`) and the SLO (`&slo=ttft:95:500`), so a link can be shared.
 """
