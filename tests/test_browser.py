@@ -304,6 +304,8 @@ def test_demo_pages_open_at_a_link_quickly_and_fill_1440_and_1920_windows(server
                     overlay_demo_runs(tab)
                     tab.locator(CHART).first.scroll_into_view_if_needed()
                     settle(tab)
+                if name == "New sweep":  # its radios load their code late: shoot them drawn, not as placeholders
+                    tab.get_by_text("Powers of two", exact=True).wait_for(timeout=30_000)
                 ARTIFACTS.mkdir(exist_ok=True)
                 tab.screenshot(path=str(ARTIFACTS / f"{name.lower().replace(' ', '-')}-{width}x{height}.png"))
         browser.close()
