@@ -90,3 +90,28 @@ def test_the_cache_keeps_at_most_its_size_and_one_version_per_run(live_run, anal
     cache.load(store, "live", SLO("ttft", 50, 100.0))
     assert len(cache._entries) == 2
     assert sum(key[2] == SLO("ttft", 50, 100.0) for key in cache._entries) == 1  # the old version went
+
+
+def test_sessions_asking_for_the_same_run_at_once_share_one_analysis(live_run, monkeypatch) -> None:
+    """Home analyses ahead in a thread while a page may ask for the same run: one analysis serves both."""
+    import threading
+    import time
+
+    store, _ = live_run
+    calls: list[int] = []
+    real = run_view.analyse
+
+    def slow(points, *args, **kwargs):
+        calls.append(len(points))
+        time.sleep(0.3)
+        return real(points, *args, **kwargs)
+
+    monkeypatch.setattr(run_view, "analyse", slow)
+    cache = RunCache()
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.load(store, "live", None))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert calls == [2] and len({id(r.analysis) for r in results}) == 1

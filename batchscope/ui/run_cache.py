@@ -20,6 +20,7 @@ from batchscope.store import Store
 from batchscope.ui.run_view import RunData, load_run
 
 CACHED_RUNS = 64  # least recently used beyond this are dropped (a History overlay holds up to ten)
+GATES = 16  # analyses of the same run and SLO wait for each other; of different ones, mostly not
 
 
 def version(store: Store, run: dict[str, Any]) -> Hashable:
@@ -35,6 +36,7 @@ class RunCache:
         self._size = size
         self._entries: OrderedDict[Hashable, RunData] = OrderedDict()
         self._lock = threading.Lock()
+        self._gates = [threading.Lock() for _ in range(GATES)]
 
     def load(self, store: Store, run_id: str, slo: SLO | None) -> RunData | None:
         """The run analysed under `slo` (None for an unknown id), from the cache while it is current.
@@ -45,18 +47,30 @@ class RunCache:
         if run is None:
             return None
         key = (str(store.path), run_id, slo, version(store, run))
+        found = self._get(key)
+        if found is None:
+            # one analysis per run and SLO at a time (Home analyses ahead while a page may ask for the same
+            # run); other sessions keep drawing from the cache meanwhile
+            with self._gates[hash(key[:3]) % GATES]:
+                found = self._get(key)
+                if found is None:
+                    found = load_run(store, run_id, slo)
+                    if found is None:
+                        return None
+                    self._put(key, found)
+        return RunData(run, found.analysis, found.split)
+
+    def _get(self, key: Hashable) -> RunData | None:
         with self._lock:
             found = self._entries.get(key)
             if found is not None:
                 self._entries.move_to_end(key)
-        if found is None:
-            found = load_run(store, run_id, slo)  # outside the lock: other sessions keep drawing
-            if found is None:
-                return None
-            with self._lock:
-                for stale in [k for k in self._entries if k[:3] == key[:3]]:  # older versions of this run
-                    del self._entries[stale]
-                self._entries[key] = found
-                while len(self._entries) > self._size:
-                    self._entries.popitem(last=False)
-        return RunData(run, found.analysis, found.split)
+            return found
+
+    def _put(self, key: tuple, found: RunData) -> None:
+        with self._lock:
+            for stale in [k for k in self._entries if k[:3] == key[:3]]:  # older versions of this run
+                del self._entries[stale]
+            self._entries[key] = found
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
