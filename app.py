@@ -1,12 +1,16 @@
 """BatchScope's entry point: `streamlit run app.py`. Registers the pages and draws the home page."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
+from batchscope import charts
 from batchscope.ui import resources
-from batchscope.ui.run_view import run_title
+from batchscope.ui.run_view import informative_run, run_title
 
 LATEST_RUNS = 5
+FAVICON = Path(__file__).parent / "assets" / "favicon.png"
 
 
 def home() -> None:
@@ -16,30 +20,38 @@ def home() -> None:
                 "on a real GPU.  \nSweep a model over batch sizes, see where bigger batches stop helping, "
                 "and pick the working point that meets your latency SLO.")
     left, middle, right = st.columns(3)
-    left.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
-    middle.page_link("pages/history.py", label="Browse and compare runs", icon=":material/history:")
-    right.page_link("pages/run.py", label="Latest run", icon=":material/monitoring:")
-    st.page_link("pages/explain.py", label="Explain a run, step by step (for demos)", icon=":material/school:")
-    st.subheader("Latest runs")
+    left.page_link("app_pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
+    middle.page_link("app_pages/history.py", label="Browse and compare runs", icon=":material/history:")
+    st.page_link("app_pages/explain.py", label="Explain a run, step by step (for demos)", icon=":material/school:")
     try:
-        runs = resources.store().runs().head(LATEST_RUNS)
+        runs = resources.store().runs()
     except Exception as error:  # the DB is unreadable: say so instead of a traceback
         resources.show_unexpected(error, "reading the run history")
         return
+    latest = informative_run(runs)
+    resources.analyse_ahead(latest)  # the run the next click most likely opens
+    right.page_link("app_pages/run.py", label="Latest run with results", icon=":material/monitoring:",
+                    query_params={"run": latest} if latest else None, disabled=latest is None)
+    st.subheader("Latest runs")
     if runs.empty:
         st.info("No runs yet. Start a new sweep, or import a run folder on the History page.")
-    for run in runs.to_dict("records"):
-        st.page_link("pages/run.py", label=f"{run_title(run)} · {run['state']}", query_params={"run": run["run_id"]})
+        return
+    links, chart = st.columns([3, 2])
+    for run in runs.head(LATEST_RUNS).to_dict("records"):
+        links.page_link("app_pages/run.py", label=f"{run_title(run)} · {run['state']}",
+                        query_params={"run": run["run_id"]})
+    chart.vega_lite_chart(spec=charts.best_throughput_chart(runs.head(LATEST_RUNS)), width="stretch")
 
 
-st.set_page_config(page_title="BatchScope", page_icon=":material/stacked_line_chart:", layout="wide")
+# A local image, not a :material/...: icon, whose favicon the browser fetches from a font CDN (offline: none).
+st.set_page_config(page_title="BatchScope", page_icon=str(FAVICON), layout="wide")
 page = st.navigation([
     st.Page(home, title="Home", icon=":material/home:", default=True),
-    st.Page("pages/new_sweep.py", title="New sweep", icon=":material/play_arrow:"),
-    st.Page("pages/run.py", title="Run", icon=":material/monitoring:"),
-    st.Page("pages/history.py", title="History", icon=":material/history:"),
-    st.Page("pages/explain.py", title="Explain", icon=":material/school:"),
-])
+    st.Page("app_pages/new_sweep.py", title="New sweep", icon=":material/play_arrow:"),
+    st.Page("app_pages/run.py", title="Run", icon=":material/monitoring:"),
+    st.Page("app_pages/history.py", title="History", icon=":material/history:"),
+    st.Page("app_pages/explain.py", title="Explain", icon=":material/school:"),
+], position="top")
 try:
     page.run()
 except Exception as error:  # last line of defence: a message, never a traceback

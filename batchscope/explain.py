@@ -17,6 +17,7 @@ from batchscope import explain_charts
 from batchscope.analysis import SLO, Analysis
 from batchscope.analysis.curve import tok_s
 from batchscope.analysis.marker import num, pct
+from batchscope.analysis.noise import describe_spread, spreads_overlap
 
 FAR_BATCHES = 100  # a capacity line this many times the largest batch away is "far"
 BUSY_PCT = 90.0  # NVML busy-time at or above this counts as "saturated"
@@ -89,21 +90,28 @@ def throughput_sentences(table: pd.DataFrame, analysis: Analysis | None) -> tupl
                          f"must add to count as still rising.")
     if int(last["batch_size"]) != bb:
         drop = 1 - float(last["output_tokens_per_s"]) / tb
+        if spreads_overlap(best, last):  # the Run page's noise rule: no fall called inside the repeats' spread
+            return opening, (f"Past batch {bb} it stays level within the noise: batch {int(last['batch_size'])} "
+                             f"gives {tok_s(last['output_tokens_per_s'])}, {pct(drop, 1)} less, but their repeats "
+                             f"overlap ({describe_spread(best)} against {describe_spread(last)}).")
         return opening, (f"Past its peak at batch {bb} it falls: batch {int(last['batch_size'])} gives "
                          f"{tok_s(last['output_tokens_per_s'])}, {pct(drop, 1)} less{padding_words(last)}.")
     first_gain = doubling_gain(curve.iloc[0], curve.iloc[1])
     last_gain = doubling_gain(curve.iloc[-2], curve.iloc[-1])
     last_step = f"{int(curve.iloc[-2]['batch_size'])} → {int(last['batch_size'])}"
+    ceiling = oom_past(table, int(last["batch_size"]))
+    beyond = (f"; batch {ceiling} ran out of memory, so this is as far as the device goes" if ceiling is not None
+              else "")
     if len(curve) == 2:
-        return opening, (f"The one step measured, {last_step}, added {pct(last_gain, 1)} per doubling; "
-                         f"more batch sizes would show where the returns fall off.")
+        more = beyond or "; more batch sizes would show where the returns fall off"
+        return opening, f"The one step measured, {last_step}, added {pct(last_gain, 1)} per doubling{more}."
     first_step = f"{b0} → {int(curve.iloc[1]['batch_size'])}"
     if last_gain < first_gain:
         return opening, (f"Each doubling pays less: the first step ({first_step}) added {pct(first_gain, 1)} per "
-                         f"doubling, the last ({last_step}) only {pct(last_gain, 1)}.")
+                         f"doubling, the last ({last_step}) only {pct(last_gain, 1)}{beyond}.")
+    where = beyond or ", so the plateau lies beyond the largest batch measured"
     return opening, (f"It has not flattened yet: the last step ({last_step}) still added {pct(last_gain, 1)} per "
-                     f"doubling (the first, {first_step}, {pct(first_gain, 1)}), so the plateau lies beyond "
-                     f"the largest batch measured.")
+                     f"doubling (the first, {first_step}, {pct(first_gain, 1)}){where}.")
 
 
 def latency_sentences(table: pd.DataFrame, percentile: int = 95) -> tuple[str, str]:
@@ -468,6 +476,14 @@ def padding_words(point: pd.Series) -> str:
                  (prefill, "its prefill tokens are padding up to the longest prompt"))
              if share is not None and share >= PADDING_OF_NOTE]
     return f"; there {' and '.join(parts)}" if parts else ""
+
+
+def oom_past(table: pd.DataFrame, batch: int) -> int | None:
+    """The smallest batch above `batch` that ran out of memory, or None."""
+    if "status" not in table:
+        return None
+    ooms = [int(b) for b in table.loc[table["status"] == "oom", "batch_size"] if int(b) > batch]
+    return min(ooms) if ooms else None
 
 
 def doubling_gain(low: pd.Series, high: pd.Series) -> float:

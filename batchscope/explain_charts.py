@@ -66,9 +66,7 @@ def memory_chart(table: pd.DataFrame, split: pd.DataFrame) -> alt.LayerChart:
     frame = charts.memory_frame(ok_split)
     x = batch_x(table)
     base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY + ["order"]))
-    colour = alt.Color("series:N", title=None, scale=alt.Scale(domain=list(charts.MEMORY_PARTS.values()),
-                                                               scheme="tableau10"),
-                       legend=alt.Legend(orient="bottom", columns=3))
+    colour = alt.Color(**charts.memory_colour(None, {"orient": "bottom", "columns": 3}))
     layers: list[alt.Chart] = [base.mark_area(opacity=0.85, line=True).encode(
         x=x, y=alt.Y("value:Q", stack="zero", title="memory (GiB)"), color=colour, order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("series:N", title="part"), alt.Tooltip("x:Q", title="batch"),

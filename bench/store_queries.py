@@ -114,7 +114,7 @@ def fill(store: Store, runs: int, seed: int = 0) -> list[str]:
 
 
 def history_page(store: Store, run_ids: list[str]) -> list[tuple[str, Callable[[], object]]]:
-    """pages/history.py: every run, the filtered list, then up to 10 runs overlaid (run + points each)."""
+    """app_pages/history.py: every run, the filtered list, then up to 10 runs overlaid (run + points each)."""
     overlay = run_ids[-OVERLAY_RUNS:]
     queries: list[tuple[str, Callable[[], object]]] = [
         ("runs()", store.runs),
@@ -128,7 +128,7 @@ def history_page(store: Store, run_ids: list[str]) -> list[tuple[str, Callable[[
 
 
 def run_page(store: Store, run_id: str) -> list[tuple[str, Callable[[], object]]]:
-    """pages/run.py: the run picker, the run and its points, then its detail tables."""
+    """app_pages/run.py: the run picker, the run and its points, then its detail tables."""
     return [
         ("runs()", store.runs),
         ("run(id)", lambda: store.run(run_id)),

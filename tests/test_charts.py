@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import warnings
 
+import altair as alt
 import numpy as np
 import pandas as pd
 import pytest
@@ -60,12 +61,25 @@ def layers_of(panel: dict, data: dict | None = None) -> list[dict]:
     return found
 
 
+def grid_panels(spec: dict) -> dict[str, dict]:
+    """The five panels of linked or overlay charts by name: a 2 × 2 grid, then the trade-off below it."""
+    grid, tradeoff = spec["vconcat"]
+    (top, bottom) = (row["hconcat"] for row in grid["vconcat"])
+    return dict(zip(("throughput", "latency", "utilisation", "memory", "tradeoff"), [*top, *bottom, tradeoff]))
+
+
+def title(panel: dict) -> str:
+    return panel["title"]["text"] if isinstance(panel["title"], dict) else panel["title"]
+
+
 def mark_type(layer: dict) -> str:
     mark = layer["mark"]
     return mark["type"] if isinstance(mark, dict) else mark
 
 
 def to_dict(chart) -> dict:
+    if isinstance(chart, dict):  # the linked and overlay charts are written as Vega-Lite dicts
+        return chart
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # Altair notes that the shared hover is merged
         return chart.to_dict()
@@ -94,7 +108,7 @@ def test_utilisation_frame_keeps_only_recorded_sources() -> None:
     frame = charts.utilisation_frame(summary_table(points=4))
     assert set(frame["series"]) == {"GPU util (NVML)", "memory-controller util (NVML)"}
     cpu_run = summary_table(points=4).assign(gpu_util_pct=np.nan, mem_ctrl_util_pct=np.nan, cpu_pct=97.0)
-    assert charts.primary_utilisation(cpu_run) == {"cpu_pct": "process CPU %"}
+    assert charts.primary_utilisation(cpu_run) == {"cpu_pct": "process CPU % (100 = one core)"}
 
 
 def test_memory_frame_is_in_gib_in_stacking_order(run) -> None:
@@ -117,35 +131,140 @@ def test_markers_at_one_batch_share_a_rule_and_oom_points_get_their_own(run) -> 
 def test_linked_charts_share_axis_hover_and_markers_across_four_panels(run) -> None:
     points, analysis, split, slo = run
     spec = to_dict(charts.linked_charts(analysis.table, analysis, slo, memory_split=split))
-    panels = spec["vconcat"]
-    assert [p["title"] for p in panels][:3] == ["output tokens/s", "latency (ms, log)", "utilisation (%)"]
-    assert spec["resolve"]["scale"]["x"] == "shared"
+    panels = grid_panels(spec)
+    assert [title(p) for p in panels.values()][1:3] == ["latency (ms, log)", "utilisation (%)"]
+    assert title(panels["throughput"]).startswith("output tokens/s")
+    assert spec["vconcat"][0]["resolve"]["scale"]["x"] == "shared"
     hover = next(p for p in spec["params"] if p["name"] == "hover")
     assert hover["select"]["nearest"] is True and hover["select"]["on"] == "pointerover"
-    owners = [layer["name"] for panel in panels for layer in layers_of(panel)
+    owners = [layer["name"] for panel in panels.values() for layer in layers_of(panel)
               if layer.get("name", "").startswith("hover_")]
-    assert all(any(name.startswith(f"hover_{panel}") for name in owners)
-               for panel in ("throughput", "latency", "utilisation", "memory"))
-    assert sorted(hover["views"]) == sorted(owners) and len(owners) == 4
-    for panel in panels:
+    assert all(any(name.startswith(f"hover_{panel}") for name in owners) for panel in panels)
+    assert sorted(hover["views"]) == sorted(owners) and len(owners) == 5
+    for name in ("throughput", "latency", "utilisation", "memory"):
+        panel = panels[name]
         rules = [layer for layer in layers_of(panel) if mark_type(layer) == "rule" and "strokeDash" in layer["mark"]]
         x = [layer for layer in layers_of(panel) if layer.get("encoding", {}).get("x", {}).get("scale")]
         assert x[0]["encoding"]["x"]["scale"]["type"] == "log" and x[0]["encoding"]["x"]["scale"]["base"] == 2
         marker_data = [spec["datasets"][layer["data"]["name"]] for layer in rules if "data" in layer]
         assert any(any(row.get("kind") == "OOM" for row in data) for data in marker_data)
         assert any(any("working point" in row.get("label", "") for row in data) for data in marker_data)
-    slo_rules = [layer for layer in layers_of(panels[1]) if mark_type(layer) == "rule" and "y" in layer["encoding"]]
+    slo_rules = [layer for layer in layers_of(panels["latency"]) if mark_type(layer) == "rule" and "y" in layer["encoding"]]
     assert spec["datasets"][slo_rules[0]["data"]["name"]][0]["value"] == 200.0
+
+
+def test_linked_and_overlay_specs_are_valid_vega_lite(run) -> None:
+    points, analysis, split, slo = run
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        alt.VConcatChart.from_dict(charts.linked_charts(analysis.table, analysis, slo, memory_split=split))
+        alt.VConcatChart.from_dict(charts.overlay_charts({"a": analysis.table, "b": analysis.table},
+                                                         {"a": analysis, "b": analysis}, {"a": split, "b": split}, slo))
+
+
+def test_the_tooltip_lives_on_the_layer_that_takes_the_pointer_and_names_run_series_batch_value(run) -> None:
+    points, analysis, split, slo = run
+    spec = to_dict(charts.linked_charts(analysis.table, analysis, slo, memory_split=split, run="llama bf16"))
+    for name, panel in grid_panels(spec).items():
+        data_layers = layers_of(panel["layer"][0], panel.get("data")) if name != "tradeoff" else layers_of(panel)
+        owner = data_layers[-1]  # drawn last: Vega-Lite's nearest-point cells take the pointer over every mark
+        assert owner["name"].startswith(f"hover_{name}") and owner["mark"]["opacity"] == 0
+        fields = [t["field"] for t in owner["encoding"]["tooltip"]]
+        assert fields[0] == "run" and "x" in fields and "shown" in fields
+        rows = pd.DataFrame(spec["datasets"][owner["data"]["name"]])
+        assert (rows["run"] == "llama bf16").all()
+    throughput = charts.throughput_frame(analysis.table, "r")
+    assert throughput["shown"].iloc[0] == "1 tok/s" or throughput["shown"].str.endswith(" tok/s").all()
+    assert throughput[throughput["series"] == "measured"]["note"].str.startswith("repeats ").all()
+    assert charts.memory_frame(split)["shown"].iloc[0] == "16.00 GiB"
+    assert [charts.value_text(v, u) for v, u in ((3582.4, "tok/s"), (1.8712, "ms"), (97.46, "%"), (0.09375, "GiB"))] \
+        == ["3 582 tok/s", "1.87 ms", "97.5 %", "96 MiB"]
+
+
+def test_a_roofline_far_above_the_measured_curve_does_not_set_the_throughput_axis() -> None:
+    slow = summary_table(points=6, scale=0.02)  # an engine at ~2 % of the roofline, like hf-generate
+    analysis = analyse(slow, model_facts("llama-3.1-8b", "bfloat16"), CALIBRATION)
+    spec = to_dict(charts.linked_charts(analysis.table, analysis, memory_split=memory_split(slow)))
+    panel = grid_panels(spec)["throughput"]
+    measured_top = max(slow["output_tokens_per_s_max"])
+    domains = {tuple(layer["encoding"]["y"]["scale"]["domain"]) for layer in layers_of(panel["layer"][0])
+               if "domain" in layer["encoding"].get("y", {}).get("scale", {})}
+    assert len(domains) == 1 and domains.pop() == (0, pytest.approx(measured_top * charts.OFF_SCALE))
+    assert "roofline prediction (up to" in title(panel) and "off the scale" in title(panel)
+    assert all(layer["mark"].get("clip") for layer in layers_of(panel["layer"][0]) if mark_type(layer) == "line")
+    fast = analyse(summary_table(points=6), model_facts("llama-3.1-8b", "bfloat16"),
+                   {**CALIBRATION, "copy_bytes_per_s": 1.0e11})  # a roofline below the measured curve
+    fast_panel = grid_panels(to_dict(charts.linked_charts(fast.table, fast)))["throughput"]
+    assert title(fast_panel) == "output tokens/s"
+
+
+def test_panels_fill_two_columns_and_marker_labels_never_overlap(run) -> None:
+    points, analysis, split, slo = run
+    spec = to_dict(charts.linked_charts(analysis.table, analysis, slo, memory_split=split))
+    assert [len(row["hconcat"]) for row in spec["vconcat"][0]["vconcat"]] == [2, 2]
+    assert 2 * charts.PANEL_WIDTH + 2 * 80 <= 1280  # the content width of a 1440 px window
+    crowded = pd.DataFrame({"run": "", "x": [8.0, 16.0, 32.0, 64.0, 256.0, 512.0],
+                            "kind": ["kneedle", "plateau", "SLO limit", "working point", "OOM", "OOM"],
+                            "label": ["Kneedle", "plateau", "SLO limit", "working point", "OOM", "OOM"]})
+    placed = charts.label_rows(crowded, charts._domain([1.0, 512.0]))
+    assert placed["label"].tolist().count("OOM") == 1  # a run of OOM rules is labelled once
+    spans = []
+    for row in placed.itertuples():
+        at = charts.PANEL_WIDTH * (np.log2(row.x) - np.log2(0.8)) / (np.log2(640) - np.log2(0.8))
+        size = charts.LABEL_CHAR_PX * len(row.label) + 6
+        spans.append((row.row, *((at - size, at) if row.align == "right" else (at, at + size))))
+        assert 0 <= spans[-1][1] and spans[-1][2] <= charts.PANEL_WIDTH
+    for i, a in enumerate(spans):
+        for b in spans[i + 1:]:
+            assert a[0] != b[0] or a[2] < b[1] or b[2] < a[1], (a, b)
+    labelled = [p for p in grid_panels(spec).values()
+                if any(mark_type(layer) == "text" and layer["encoding"].get("color", {}).get("field") == "kind"
+                       for layer in layers_of(p) if "encoding" in layer)]
+    assert len(labelled) == 1  # marker labels above the throughput panel only
+
+
+def test_memory_has_one_colour_per_part_on_every_page_listed_in_stack_order(run) -> None:
+    from batchscope import explain_charts
+
+    points, analysis, split, _ = run
+    expected = (list(charts.MEMORY_COLOURS), list(charts.MEMORY_COLOURS.values()))
+    assert list(charts.MEMORY_COLOURS) == [charts.MEMORY_PARTS[p] for p in
+                                           ("weights", "kv_used", "kv_unused", "activations", "allocator_reserve", "other")]
+    specs = {"run": grid_panels(to_dict(charts.linked_charts(analysis.table, analysis, memory_split=split)))["memory"],
+             "history": to_dict(charts.memory_split_by_run({"a": split})),
+             "explain": to_dict(explain_charts.memory_chart(analysis.table, split))}
+    for page, spec in specs.items():
+        colours = [layer["encoding"]["color"] for layer in layers_of(spec) if
+                   layer.get("encoding", {}).get("color", {}).get("field") == "series"] \
+            if "layer" in spec else [spec["spec"]["encoding"]["color"]]
+        assert colours and all((c["scale"]["domain"], c["scale"]["range"]) == expected for c in colours), page
+        assert all(c.get("sort") == expected[0] for c in colours), page
+
+
+def test_the_tradeoff_sets_throughput_against_each_users_speed_with_markers_ringed(run) -> None:
+    points, analysis, split, slo = run
+    frame = charts.tradeoff_frame(analysis.table, "r")
+    ok = analysis.table[analysis.table["status"] == "ok"]
+    assert frame["x"].tolist() == ok["x"].tolist()
+    assert frame["speed"].tolist() == pytest.approx((1000 / ok["itl_ms_p50"]).tolist())
+    panel = grid_panels(to_dict(charts.linked_charts(analysis.table, analysis, slo, memory_split=split)))["tradeoff"]
+    assert panel["layer"][0]["encoding"]["x"]["field"] == "speed"
+    spec = charts.linked_charts(analysis.table, analysis, slo, memory_split=split)
+    rings = [layer for layer in layers_of(grid_panels(spec)["tradeoff"]) if mark_type(layer) == "point" and
+             layer["encoding"].get("color", {}).get("field") == "kind"]
+    ringed = pd.DataFrame(spec["datasets"][rings[0]["data"]["name"]])
+    assert analysis.working_point.x in set(ringed["x"]) and analysis.slo_limit.x in set(ringed["x"])
+    assert charts.tradeoff_frame(analysis.table.drop(columns=["itl_ms_p50"])).empty
 
 
 def test_capacity_far_above_use_is_named_instead_of_flattening_the_stack() -> None:
     table = summary_table(points=3).assign(mem_capacity=2048 * GiB)
     analysis = analyse(table, None, None)
     spec = to_dict(charts.linked_charts(table, analysis, memory_split=memory_split(table)))
-    assert "capacity 2,048.0 GiB is off the scale" in spec["vconcat"][3]["title"]
+    assert "capacity 2,048.0 GiB is off the scale" in title(grid_panels(spec)["memory"])
     near = summary_table(points=3)
     near_spec = to_dict(charts.linked_charts(near, analyse(near, None, None), memory_split=memory_split(near)))
-    assert near_spec["vconcat"][3]["title"] == "memory (GiB)"
+    assert title(grid_panels(near_spec)["memory"]) == "memory (GiB)"
 
 
 def test_overlay_of_ten_runs_with_twenty_points_keeps_one_line_per_run_per_panel() -> None:
@@ -156,21 +275,25 @@ def test_overlay_of_ten_runs_with_twenty_points_keeps_one_line_per_run_per_panel
     spec = to_dict(chart)
     [legend] = [p for p in spec["params"] if p["name"] == "legend"]
     assert legend["bind"] == "legend" and len(legend["views"]) == 1  # one owner: no duplicate signals
-    for panel in spec["vconcat"]:
+    for name, panel in grid_panels(spec).items():
         lines = [layer for layer in layers_of(panel) if mark_type(layer) in ("line", "area")
                  and layer["encoding"].get("color", {}).get("field") == "run"]
         data = pd.DataFrame(spec["datasets"][lines[-1]["data"]["name"]])
-        assert data.groupby("run")["series"].nunique().max() == 1
         assert data["run"].nunique() == 10
-        assert data["x"].max() == 2**19
+        if name != "tradeoff":
+            assert data.groupby("run")["series"].nunique().max() == 1
+            assert data["x"].max() == 2**19
+    legends = [layer["encoding"]["color"].get("legend", {}) for panel in grid_panels(spec).values()
+               for layer in layers_of(panel) if layer.get("encoding", {}).get("color", {}).get("field") == "run"]
+    assert sum(legend is not None for legend in legends) >= 1 and any(legend is None for legend in legends)
     assert charts.axis_values(*tables.values())[-1] == 2**19
 
 
 def test_empty_panels_say_no_data_instead_of_failing() -> None:
     table = summary_table(points=3).assign(gpu_util_pct=np.nan, mem_ctrl_util_pct=np.nan)
-    spec = to_dict(charts.linked_charts(table, analyse(table, None, None)))
-    assert spec["vconcat"][2]["title"] == "utilisation (%): no data recorded"
-    assert spec["vconcat"][3]["title"] == "memory (GiB): no data recorded"
+    panels = grid_panels(to_dict(charts.linked_charts(table, analyse(table, None, None))))
+    assert title(panels["utilisation"]) == "utilisation (%): no data recorded"
+    assert title(panels["memory"]) == "memory (GiB): no data recorded"
 
 
 def test_length_histogram_bins_the_sampled_lengths() -> None:
@@ -186,3 +309,31 @@ def test_tensor_parallel_runs_show_the_all_reduce_share_beside_utilisation() -> 
     assert charts.COMM_SERIES not in set(charts.utilisation_frame(summary_table(points=3))["series"])
     # an overlay keeps one utilisation series per run, so it leaves the share out
     assert charts.COMM_SERIES not in set(charts.utilisation_frame(table, columns={"gpu_util_pct": "GPU"})["series"])
+
+
+def test_overlay_marker_labels_name_the_marker_not_the_run_and_say_it_once() -> None:
+    tables = {f"a long run label {i}": summary_table(points=6, oom_from=32) for i in range(2)}
+    spec = charts.overlay_charts(tables, {k: analyse(t, None, None) for k, t in tables.items()})
+    texts = [row["label"] for panel in grid_panels(spec).values() for layer in layers_of(panel)
+             if mark_type(layer) == "text" and layer["encoding"].get("color", {}).get("field") == "kind"
+             for row in spec["datasets"][layer["data"]["name"]]]
+    assert sorted(texts) == ["OOM", "working point"]
+
+
+def test_a_roofline_near_the_measured_curve_keeps_its_full_height() -> None:
+    frame = pd.DataFrame({"run": "", "x": [1.0, 2.0, 1.0, 2.0], "series": ["measured"] * 2 + ["roofline prediction"] * 2,
+                          "value": [100.0, 180.0, 150.0, 260.0], "lo": [95.0, 170.0, None, None],
+                          "hi": [105.0, 190.0, None, None]})
+    assert charts._y_top("throughput", frame) is None  # 1.4× the best: readable together
+    far = frame.assign(value=[100.0, 180.0, 2000.0, 4000.0])
+    assert charts._y_top("throughput", far) == pytest.approx(190.0 * charts.OFF_SCALE)
+
+
+def test_home_shows_each_latest_runs_best_throughput() -> None:
+    runs = pd.DataFrame({"run_id": ["a", "b"], "name": ["one point", None], "state": ["cancelled", "done"],
+                         "points_ok": [0, 9], "best_output_tokens_per_s": [None, 4201.3]})
+    spec = charts.best_throughput_chart(runs)
+    rows = spec["data"]["values"]
+    assert [(r["label"], r["best"], r["shown"]) for r in rows] == [("one point", 0.0, "no finished point"),
+                                                                   ("b", 4201.3, "4 201 tok/s")]
+    assert spec["encoding"]["x"]["field"] == "best" and spec["height"] == {"step": 22}

@@ -23,6 +23,9 @@ def overlay() -> dict[str, RunData]:
 
 
 def test_comparison_table_puts_each_runs_markers_and_memory_side_by_side() -> None:
+    assert list(comparison_table(overlay()).columns)[:8] == [
+        "run", "best output tok/s", "best at", "working point", "weights GiB", "largest that ran", "first OOM",
+        "plateau"]
     table = comparison_table(overlay()).set_index("run")
     bf16, fp8 = table.loc["bf16"], table.loc["fp8"]
     assert (bf16["plateau"], bf16["working point"], bf16["first OOM"], bf16["largest that ran"]) == ("—", "128", "256", "128")

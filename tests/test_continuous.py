@@ -188,8 +188,10 @@ def test_form_sends_continuous_options_only_in_that_mode_and_checks_them() -> No
 
     static_form = SweepForm(model="tiny", engine="fast")
     assert "max_num_seqs" not in static_form.spec_dict()
+    from batchscope.analysis import SLO
+
     form = SweepForm(model="tiny", engine="fast", mode="continuous", load="concurrency", concurrency="4",
-                     max_num_seqs="1,2", slo_enabled=True, slo_metric="e2e", slo_ms=800.0)
+                     max_num_seqs="1,2", slo=SLO("e2e", 95, 800.0))
     raw = form.spec_dict()
     assert (raw["concurrency"], raw["max_num_seqs"], raw["slo_metric"], raw["slo_ms"]) == ("4", "1,2", "e2e", 800.0)
     assert "arrival" not in raw and check(form) == {}

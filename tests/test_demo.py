@@ -68,14 +68,27 @@ def test_first_start_shows_demo_runs_on_every_page(demo_home):
     assert not at.exception
     home_text = " ".join(str(getattr(e, "label", "")) for e in at.main)
     assert "8B fast" in home_text or "1B fast" in home_text
-    for page in ("pages/history.py", "pages/run.py"):
+    for page in ("app_pages/history.py", "app_pages/run.py"):
         at.switch_page(page)
         at.run()
         assert not at.exception, [e.value for e in at.exception]
-    at.switch_page("pages/run.py")
+    at.switch_page("app_pages/run.py")
     at.query_params["run"] = "h200-fast-8b-bf16-p256-o64"
     at.run()
     assert not at.exception
     headings = [e.value for kind in (at.title, at.header, at.subheader, at.markdown) for e in kind]
     assert any("8B fast" in text for text in headings), headings
     assert len(at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")) >= 1  # the charts are drawn
+
+
+def test_plain_run_page_and_home_open_the_latest_full_demo_run_not_the_one_point_one(demo_home):
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
+    link = next(e for e in at.get("page_link") if e.proto.label == "Latest run with results")
+    assert link.proto.query_string == "run=h200-fast-1b-bf16-chat" and not link.proto.disabled
+    at.switch_page("app_pages/run.py")
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="run_select").value == "h200-fast-1b-bf16-chat"  # newest done run with a curve
+    assert at.query_params["run"] == "h200-fast-1b-bf16-chat"
+    sentences = " ".join(m.value for m in at.markdown)
+    assert "ran out of memory" in sentences and "larger batches" not in sentences  # it stopped at an OOM

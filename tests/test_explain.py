@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 from batchscope import explain
-from batchscope.analysis import SLO, Analysis, Marker
+from batchscope.analysis import SLO, Analysis, Marker, analyse
 from batchscope.demo import import_demo_runs
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
-from batchscope.ui import explain_view
+from batchscope.ui import explain_view, slo_control
 from batchscope.ui.run_view import load_run
 from tests.runner_helpers import REPO
 from tests.test_pages import app, home, manager, no_traceback, texts, tiny_run  # noqa: F401 (fixtures)
@@ -297,13 +297,13 @@ def test_slo_range_spans_the_runs_latency() -> None:
     low, high, start = explain_view.slo_range(points(ttft_ms_p95=[100.0, 400.0, 1600.0]), "ttft_ms_p95")
     assert (low, high, start) == (80.0, 2000.0, 400.0)
     assert explain_view.slo_range(points(itl_ms_p95=[1.0]), "ttft_ms_p95") is None
-    assert explain_view.slider_step(80.0, 2000.0) == 1.0
+    assert slo_control.slider_step(80.0, 2000.0) == 1.0
 
 
 # ---- the page ----
 
 def open_explain(at):
-    at.switch_page("pages/explain.py")
+    at.switch_page("app_pages/explain.py")
     return at.run()
 
 
@@ -358,3 +358,32 @@ def test_explain_page_with_no_runs(home) -> None:  # noqa: F811
     at = open_explain(app())
     no_traceback(at)
     assert "No runs yet" in " ".join(texts(at, "info"))
+
+
+def test_explain_and_the_run_page_share_one_noise_rule() -> None:
+    """A noisy rise to batch 2, then 2.5 % less at batch 4: the Run page calls the rise noise and leaves the
+    plateau undecided, so Explain must not call the drop a fall; with tight repeats both call a plateau."""
+    table = points(output_tokens_per_s=[1000.0, 1200.0, 1170.0], output_tokens_per_s_min=[980.0, 900.0, 1100.0],
+                   output_tokens_per_s_max=[1020.0, 1500.0, 1240.0])
+    run_page = analyse(table, None, None)
+    assert run_page.plateau is None and any("within noise" in note for note in run_page.notes)
+    second = explain.throughput_sentences(table, run_page)[1]
+    assert "falls" not in second and second.startswith("Past batch 2 it stays level within the noise")
+    tight = table.assign(output_tokens_per_s_min=[990.0, 1190.0, 1160.0], output_tokens_per_s_max=[1010.0, 1210.0, 1180.0])
+    assert explain.throughput_sentences(tight, analyse(tight, None, None))[1].startswith("Past batch 2 it plateaus")
+
+
+def test_explain_never_asks_for_larger_batches_past_an_oom() -> None:
+    table = points(output_tokens_per_s=[100.0, 300.0, 800.0, float("nan")], status=["ok", "ok", "ok", "oom"])
+    second = explain.throughput_sentences(table, analysis(table))[1]
+    assert "batch 8 ran out of memory, so this is as far as the device goes" in second
+    assert "beyond the largest batch" not in second
+
+
+def test_a_rise_the_run_page_calls_still_rising_is_not_called_noise_by_explain() -> None:
+    table = points(output_tokens_per_s=[500.0, 2962.0, 4201.0], output_tokens_per_s_min=[490.0, 2596.0, 3240.0],
+                   output_tokens_per_s_max=[510.0, 3329.0, 5161.0])
+    run_page = analyse(table, None, None)
+    assert any(note.startswith("No plateau: going from batch 2 to 4 still adds") for note in run_page.notes)
+    second = explain.throughput_sentences(table, run_page)[1]
+    assert "noise" not in second and "the last (2 → 4) only 41.8 %" in second

@@ -154,3 +154,21 @@ def test_kneedle_is_not_fooled_by_an_early_dip():
     # < 1548), so the knee is 128, never 1.
     curve = make_points([1, 2, 4, 8, 16, 32, 64, 128, 256], [31, 30, 53, 134, 286, 536, 743, 1548, 1481])
     assert analyse(curve, None, None).kneedle.x == 128
+
+
+def test_a_curve_still_rising_into_an_oom_names_the_oom_instead_of_asking_for_larger_batches() -> None:
+    rising = make_points([1, 2, 4, 8, 16], [100, 200, 400, 760, None], status=["ok"] * 4 + ["oom"])
+    result = analyse(rising, None, None)
+    text = " ".join([result.working_point.sentence, *result.notes])
+    assert "larger batches" not in text and "may still help" not in text
+    assert "but batch 16 ran out of memory, so 8 is as far as this device goes" in text
+    assert result.working_point.sentence.startswith("Batch 8 is recommended: it is the largest that fits in memory")
+    still = analyse(make_points([1, 2, 4, 8], [100, 200, 400, 760]), None, None)  # no OOM: the advice stays
+    assert "so try larger batches" in still.working_point.sentence
+
+
+def test_a_one_point_run_does_not_say_throughput_is_still_rising() -> None:
+    result = analyse(make_points([1], [540]), None, None)
+    text = " ".join([result.working_point.sentence, *result.notes])
+    assert "still rising" not in text and "try larger" not in text
+    assert result.working_point.sentence.startswith("Batch 1 is the only batch that finished (540 tok/s)")

@@ -116,7 +116,7 @@ def test_a_real_cpu_rate_sweep_on_the_run_page_and_refused_in_a_mixed_overlay(ho
     assert set(data.table["batch_size"]) == {4} and (data.table["status"] == "ok").all()
     assert data.analysis.slo_limit is not None and data.analysis.slo_limit.x in (25.0, 100.0, 400.0)
 
-    page = open_page("pages/run.py", run="rate-sweep", slo="e2e:95:60000")
+    page = open_page("app_pages/run.py", run="rate-sweep", slo="e2e:95:60000")
     no_traceback(page)
     assert not page.error, texts(page, "error")
     linked, steps = page.get("vega_lite_chart")
@@ -129,15 +129,16 @@ def test_a_real_cpu_rate_sweep_on_the_run_page_and_refused_in_a_mixed_overlay(ho
     assert "batch" not in table and table["max_num_seqs"].tolist() == [4, 4, 4]
     assert "req/s" in " ".join(texts(page, "markdown"))
 
-    overlay = history_view.overlay_runs(store, {"rate-sweep": "rates", "tiny-cpu": "static"}, None)
+    overlay = history_view.overlay_runs({"rate-sweep": "rates", "tiny-cpu": "static"},
+                                      lambda run_id: run_view.load_run(store, run_id, None))
     assert "cannot share an axis" in history_view.axis_problem(overlay)
     assert history_view.axis_problem({"rates": overlay["rates"]}) is None
-    history = open_page("pages/history.py")
+    history = open_page("app_pages/history.py")
     history.multiselect(key="overlay_runs").set_value(["rate-sweep", "tiny-cpu"]).run()
     no_traceback(history)
     assert "cannot share an axis" in " ".join(texts(history, "warning"))
     assert len(history.get("vega_lite_chart")) == 0
-    explain = open_page("pages/explain.py")
+    explain = open_page("app_pages/explain.py")
     explain.selectbox(key="explain_run").set_value("rate-sweep").run()
     no_traceback(explain)
     assert "online-serving run sweeps arrival rate" in " ".join(texts(explain, "info"))

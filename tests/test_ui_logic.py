@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from batchscope.analysis import SLO
+from batchscope.analysis.axis import BATCH
 from batchscope.store import Store
-from batchscope.ui import form, history_view, run_view
+from batchscope.ui import form, history_view, run_view, tables
 from tests.runner_helpers import finished_tiny_run
 
 GiB = 1024**3
@@ -42,24 +43,16 @@ def test_a_valid_form_has_no_problems_and_makes_the_runner_spec() -> None:
     ({"batch_list": "0,2"}, "batch_sizes", "≥ 1"),
     ({"batch_list": "1,two"}, "batch_sizes", "not a whole number"),
     ({"batch_list": "1,100000"}, "batch_sizes", "over the ceiling"),
-    ({"batch_mode": "pow2", "batch_lo": 64, "batch_hi": 8}, "batch_sizes", "LO ≤ HI"),
+    ({"batch_mode": "pow2", "batch_lo": 64, "batch_hi": 8}, "batch_sizes", "From (64) must not be larger than To (8)"),
+    ({"batch_mode": "pow2", "batch_lo": 0, "batch_hi": 8}, "batch_sizes", "From must be at least 1 (it is 0)"),
+    ({"batch_mode": "pow2", "batch_lo": 9, "batch_hi": 15}, "batch_sizes", "no power of two lies between 9 and 15"),
     ({"prompt_len": "lognormal:512"}, "prompt_len", "takes 2 number"),
     ({"output_len": "gamma:3:4"}, "output_len", "unknown distribution"),
     ({"prompt_len": "fixed:4000"}, "prompt_len", "over the model's context"),
-    ({"slo_enabled": True, "slo_ms": 0.0}, "slo", "positive"),
 ])
 def test_each_bad_input_is_named_by_its_field(changes: dict, field: str, words: str) -> None:
     found = form.check(tiny_form(**changes))
     assert field in found and words in found[field]
-
-
-def test_slo_round_trips_through_the_url_and_bad_links_give_none() -> None:
-    slo = form.slo(tiny_form(slo_enabled=True, slo_metric="itl", slo_percentile=99, slo_ms=25.0))
-    assert slo == SLO("itl", 99, 25.0)
-    assert form.parse_slo_param(form.slo_param(slo)) == slo
-    assert form.slo(tiny_form(slo_enabled=False)) is None
-    for bad in (None, "", "itl:99", "tps:95:5", "itl:90:5", "itl:95:-1", "itl:95:x"):
-        assert form.parse_slo_param(bad) is None
 
 
 def test_length_preview_matches_the_seed_and_says_its_numbers() -> None:
@@ -71,9 +64,14 @@ def test_length_preview_matches_the_seed_and_says_its_numbers() -> None:
         form.length_preview("zipf:2", seed=0)
 
 
-def test_capacity_default_says_where_it_came_from() -> None:
+def test_capacity_default_says_where_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    import batchscope.jobs
+
     no_runs = pd.DataFrame(columns=["run_id", "gpu", "gpu_memory_bytes"])
     assert "RAM" in form.default_capacity(no_runs, "cpu").source
+    monkeypatch.setattr(batchscope.jobs, "_nvidia_gpu_present", lambda: False)
+    assert "no GPU is visible here, so auto runs on the CPU" in form.default_capacity(no_runs, "auto").source
+    monkeypatch.setattr(batchscope.jobs, "_nvidia_gpu_present", lambda: True)
     assert form.default_capacity(no_runs, "auto") == form.Capacity(150_109_880_320, form.default_capacity(
         no_runs, "auto").source)
     assert "H200" in form.default_capacity(no_runs, "cuda").source
@@ -116,8 +114,8 @@ def test_points_table_downloads_and_fingerprint() -> None:
                           "ttft_ms_p95": [1.23456, 2.0], "sm_util_pct": [None, None]})
     shown = run_view.points_display(table)
     assert list(shown.columns) == ["batch", "status", "output tok/s", "TTFT P95 ms"]
-    assert shown["batch"].tolist() == [1, 2] and shown["output tok/s"].tolist() == [6.0, 10.0]
-    assert shown["TTFT P95 ms"].tolist() == [2.0, 1.235]
+    assert shown["batch"].tolist() == [1, 2] and shown["output tok/s"].tolist() == [5.6, 10.4]
+    assert shown["TTFT P95 ms"].tolist() == [2.0, 1.23]
     assert pd.read_csv(io.BytesIO(run_view.csv_bytes(table))).equals(table.astype({"sm_util_pct": float}))
     assert pd.read_parquet(io.BytesIO(run_view.parquet_bytes(table)))["batch_size"].tolist() == [2, 1]
     env = run_view.env_rows({"gpu": "NVIDIA H200", "driver": None})
@@ -152,7 +150,7 @@ def test_import_refuses_what_is_not_a_run_folder_and_imports_a_real_one(tmp_path
     assert result.error is None and result.run_id == "tiny-run" and result.points_added == 2
     data = run_view.load_run(store, "tiny-run", SLO("ttft", 95, 1000.0))
     assert data.analysis.slo_limit is not None and len(data.table) == 2
-    overlay = history_view.overlay_runs(store, {"tiny-run": "tiny"}, None)
+    overlay = history_view.overlay_runs({"tiny-run": "tiny"}, lambda run_id: run_view.load_run(store, run_id, None))
     assert list(overlay) == ["tiny"]
     assert run_view.load_run(store, "nope", None) is None
     store.close()
@@ -163,3 +161,124 @@ def test_the_run_page_keeps_refreshing_until_the_last_points_are_stored() -> Non
     assert run_view.is_live({"state": "done", "settled": False})  # the runner is done, the DB not yet
     assert not run_view.is_live({"state": "done", "settled": True})
     assert not run_view.is_live({"state": "failed"})  # a stored run no manager holds
+
+
+def test_a_plain_run_page_opens_the_most_informative_run() -> None:
+    runs = pd.DataFrame({"run_id": ["newest", "full", "older-full", "most"],
+                         "state": ["cancelled", "done", "done", "failed"], "points_ok": [1, 5, 9, 12]})
+    assert run_view.informative_run(runs) == "full"  # not the one-point cancelled run at the top
+    assert run_view.informative_run(runs.assign(state=["running", "done", "done", "failed"])) == "newest"
+    no_curve = runs.assign(state="cancelled", points_ok=[1, 2, 4, 2])
+    assert run_view.informative_run(no_curve) == "older-full"
+    assert run_view.informative_run(runs.iloc[0:0]) is None
+    ids = runs["run_id"].tolist()
+    assert run_view.pick_run(ids, None, None, "full") == ("full", None)
+    assert run_view.pick_run(ids, None, "most", "full") == ("most", None)
+    assert run_view.pick_run(ids, "older-full", "most", "full") == ("older-full", None)
+    shown, error = run_view.pick_run(ids, "gone", "most", "full")
+    assert shown == "most" and "no run with id 'gone'" in error
+
+
+def test_points_table_puts_key_columns_first_sizes_in_gib_and_says_why_a_point_failed() -> None:
+    oom_text = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 15.98 GiB. GPU 0 has a total capacity "
+                "of 139.80 GiB of which 5.17 GiB is free. Including non-PyTorch memory, this process has ...")
+    table = pd.DataFrame({"batch_size": [1, 256], "status": ["ok", "oom"], "error": [None, oom_text],
+                          "output_tokens_per_s": [3582.43, None], "ttft_ms_p95": [226.7, None],
+                          "itl_ms_p95": [1.8781, None], "mem_peak_allocated": [2.5 * GiB, None],
+                          "decode_padding_waste": [0.125, None], "gpu_util_pct": [97.46, None]})
+    shown = run_view.points_display(table)
+    assert list(shown.columns)[:4] == ["batch", "status", "output tok/s", "TTFT P95 ms"]
+    assert run_view.failures(table, BATCH) == [
+        "Batch 256: out of memory: needed 15.98 GiB more, 5.17 GiB of 139.80 GiB free"]
+    assert run_view.failures(table.iloc[:1], BATCH) == []  # every point ok: nothing to say
+    assert shown["status"].tolist() == ["ok", "out of memory"]
+    assert shown["peak alloc GiB"].iloc[0] == 2.5 and shown["decode padding %"].iloc[0] == 12.5
+    assert shown["output tok/s"].iloc[0] == 3582 and shown["ITL P95 ms"].iloc[0] == 1.88
+    assert shown["GPU util %"].iloc[0] == 97.5
+    assert tables.failure_summary("error", "RuntimeError: shapes do not match. More detail") == (
+        "RuntimeError: shapes do not match")
+    assert tables.failure_summary("oom", None) == "out of memory"
+    config = tables.column_config(shown)
+    assert config["output tok/s"]["type_config"]["format"] == "%.0f"
+    assert config["ITL P95 ms"]["type_config"]["format"] == "%.2f"
+
+
+def test_runs_and_comparison_tables_lead_with_their_key_columns() -> None:
+    runs = pd.DataFrame({c: ["x"] for c in history_view.RUNS_TABLE_COLUMNS} | {"demo": [False]})
+    assert list(history_view.runs_display(runs).columns)[:6] == [
+        "name", "status", "points ok", "points", "best output tok/s", "run id"]
+    assert list(history_view.runs_display(runs).columns)[-1] == "fingerprint"
+
+
+def test_plain_text_escapes_what_markdown_would_turn_into_emoji_or_emphasis() -> None:
+    from batchscope.ui.plain_text import plain
+
+    assert plain("uniform:1:100: *x* __init__") == r"uniform\:1\:100\: \*x\* \_\_init\_\_"
+    assert plain(r"a\b") == r"a\\b"
+
+
+def test_a_stored_spec_fills_the_form_it_was_launched_from() -> None:
+    from batchscope.ui import form_state
+
+    spec = {"model": "llama-3.2-1b", "dtype": "bfloat16", "engine": "fast", "mode": "static", "device": "auto",
+            "batch_sizes": [1, 3, 8], "prompt_len": "lognormal:512:0.6", "output_len": "fixed:64", "repeats": 2,
+            "warmup": 1, "seed": 7, "on_oom": "continue", "name": "x", "run_id": "r", "created_at": "t"}
+    again = form_state.form_from_spec(spec, SLO("e2e", 99, 900.0))
+    assert again.spec_dict()["batch_sizes"] == "1,3,8" and again.batch_mode == "list"
+    assert {k: again.spec_dict()[k] for k in ("model", "seed", "on_oom", "prompt_len")} == {
+        "model": "llama-3.2-1b", "seed": 7, "on_oom": "continue", "prompt_len": "lognormal:512:0.6"}
+    pow2 = form_state.form_from_spec({**spec, "batch_sizes": [4, 8, 16]}, None)
+    assert (pow2.batch_mode, pow2.batch_lo, pow2.batch_hi, pow2.slo) == ("pow2", 4, 16, None)
+    state = form_state.widget_state(again)
+    assert state["batch_mode"] == "Explicit list" and state["slo_on"] and state["slo_percentile"] == 99
+    continuous = form_state.form_from_spec({**spec, "mode": "continuous", "max_num_seqs": [1, 2, 4],
+                                            "concurrency": [8], "arrival": "", "num_requests": 32}, None)
+    assert (continuous.load, continuous.concurrency, continuous.max_num_seqs) == ("concurrency", "8", "1,2,4")
+    path = form_state.widget_state(form_state.form_from_spec({**spec, "model": "/models/x"}, None))
+    assert (path["model_source"], path["model_path"]) == ("Local checkpoint", "/models/x")
+
+
+def test_workload_lines_say_what_each_point_ran() -> None:
+    continuous = {"mode": "continuous", "prompt_len": "fixed:100", "output_len": "fixed:20", "seed": 1, "warmup": 0,
+                  "repeats": 3, "num_requests": 64, "arrival": "poisson:1,2,4", "max_num_seqs": [8],
+                  "max_num_batched_tokens": 2048, "engine": "fast", "device": "cuda"}
+    lines = run_view.workload_lines(continuous)
+    assert lines[1] == ("Each point: 3 measured repeats of 64 requests (192 measured) · Poisson arrivals 1,2,4 req/s")
+    assert lines[2].startswith("max_num_seqs 8 · token budget per step 2,048")
+    assert run_view.workload_lines(None) == []
+
+
+def test_live_progress_agrees_with_the_charts_and_names_no_point_after_the_last() -> None:
+    running = {"state": "running", "points_done": 2, "points_total": 4,
+               "current": {"point_index": 2, "batch_size": 4, "stage": "measure", "repeat": 0}}
+    view = run_view.progress_view(running, repeats=2, stored=0)
+    assert view.headline == "2 of 4 points done · 2 being stored" and view.current.startswith("point 3")
+    assert run_view.progress_view(running, stored=2).headline == "2 of 4 points done"
+    assert run_view.no_results_words(running) == (
+        "2 points are finished and being stored: the charts appear in a moment.")
+    assert run_view.no_results_words({"state": "running", "points_done": 0}).startswith("No finished points yet")
+    last = {**running, "points_done": 4}  # the runner has not written done yet, but measures nothing
+    assert run_view.progress_view(last).current == ""
+    assert run_view.progress_view({**running, "state": "cancelled"}).current == ""
+
+
+def test_overlaying_runs_from_different_devices_is_said_with_their_fingerprints() -> None:
+    cpu = run_view.RunData({"run_id": "a", "device": "cpu", "torch_version": "2.13.0+cpu"}, None, pd.DataFrame())
+    gpu = run_view.RunData({"run_id": "b", "gpu_name": "NVIDIA H200", "device": "cuda", "driver": "580"}, None,
+                           pd.DataFrame())
+    prints = history_view.fingerprints({"tiny": cpu, "8B": gpu})
+    assert prints.to_dict("records")[1] == {"run": "8B", "GPU / device": "NVIDIA H200", "driver": "580", "CUDA": "—",
+                                            "torch": "—", "transformers": "—", "engine": "—"}
+    warning = history_view.device_problem({"tiny": cpu, "8B": gpu})
+    assert "different devices (NVIDIA H200: 8B; cpu: tiny)" in warning
+    assert history_view.device_problem({"tiny": cpu, "again": cpu}) is None
+
+
+def test_a_cpu_run_or_scattered_repeats_get_a_noise_warning() -> None:
+    table = pd.DataFrame({"x": [1.0, 2.0], "status": ["ok", "ok"], "output_tokens_per_s": [600.0, 900.0],
+                          "output_tokens_per_s_min": [28.0, 880.0], "output_tokens_per_s_max": [728.0, 910.0]})
+    warning = run_view.noise_warning({"env": {"device": "cpu", "cpu_count": 2}}, table, BATCH)
+    assert warning.startswith("This run measured a CPU with 2 cores")
+    assert "repeats differ by up to 117 % of the median (batch 1: 28–728 tok/s)" in warning
+    tight = table.assign(output_tokens_per_s_min=[590.0, 880.0], output_tokens_per_s_max=[610.0, 910.0])
+    assert run_view.noise_warning({"env": {"device": "cuda"}}, tight, BATCH) is None

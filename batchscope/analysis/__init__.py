@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from batchscope.analysis.axis import BATCH, SweepAxis, axis_of, sweep_x
-from batchscope.analysis.curve import excluded_notes, ok_curve
+from batchscope.analysis.curve import excluded_notes, ok_curve, oom_ceiling
 from batchscope.analysis.knee import kneedle, plateau
 from batchscope.analysis.marker import Marker, num
 from batchscope.analysis.memory import memory_split, predict_memory, predict_memory_for_spec
@@ -67,7 +67,8 @@ def analyse(points: pd.DataFrame, model: dict | None, calibration: dict | None, 
     notes = excluded_notes(points, axis)
     curve = ok_curve(points)
     table, ridge = _roofline(points, curve, model, calibration, notes, axis)
-    plateau_call = plateau(curve, plateau_gain, axis)
+    ceiling = oom_ceiling(points, curve)
+    plateau_call = plateau(curve, plateau_gain, axis, ceiling)
     notes += plateau_call.notes
     knee = kneedle(curve, axis)
     if knee is None:
@@ -79,7 +80,7 @@ def analyse(points: pd.DataFrame, model: dict | None, calibration: dict | None, 
         slo_call = slo_limit(curve, slo, axis)
         limit = slo_call.marker
         notes += slo_call.notes
-    recommended, wp_notes = working_point(curve, plateau_call, slo, axis)
+    recommended, wp_notes = working_point(curve, plateau_call, slo, axis, ceiling)
     notes += wp_notes
     table = table.assign(x=sweep_x(table)).sort_values("x").reset_index(drop=True)
     return Analysis(table=table, plateau=plateau_call.marker, kneedle=knee, slo_limit=limit,

@@ -24,6 +24,14 @@ def ok_curve(points: pd.DataFrame) -> pd.DataFrame:
     return ok.assign(log2_x=np.log2(ok["x"]))
 
 
+def oom_ceiling(points: pd.DataFrame, curve: pd.DataFrame) -> float | None:
+    """The smallest x past the largest ok point that ran out of memory: the device's limit for this run,
+    beyond which no sentence may suggest going (None when nothing larger ran out of memory)."""
+    top = curve["x"].max() if not curve.empty else float("-inf")
+    ooms = sweep_x(points)[(points["status"] == "oom") & (sweep_x(points) > top)]
+    return float(ooms.min()) if not ooms.empty else None
+
+
 def excluded_notes(points: pd.DataFrame, axis: SweepAxis) -> list[str]:
     """One note per OOM or error point: it is shown but left out of every fit."""
     notes = []

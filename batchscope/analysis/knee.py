@@ -43,12 +43,15 @@ def gains_per_doubling(curve: pd.DataFrame) -> np.ndarray:
     return (tput[1:] / tput[:-1]) ** (1.0 / doublings) - 1.0
 
 
-def plateau(curve: pd.DataFrame, gain: float = 0.10, axis: SweepAxis = BATCH) -> PlateauCall:
+def plateau(curve: pd.DataFrame, gain: float = 0.10, axis: SweepAxis = BATCH,
+            ceiling: float | None = None) -> PlateauCall:
     """The smallest batch after which every step adds less than `gain` throughput per doubling.
 
     Noise rule: the plateau at index i is called only if the step into it is resolved, i.e. the
     spreads of points i−1 and i do not overlap. Otherwise it is not called, a note names the run of
     overlapping points it could lie in, and the working point may still go up to point i.
+    `ceiling` is the x that ran out of memory past the last ok point (see `curve.oom_ceiling`): a
+    curve still rising into it is said to stop there, not to want larger batches.
     """
     xs = curve["x"].tolist()
     if len(xs) < 2:
@@ -58,7 +61,7 @@ def plateau(curve: pd.DataFrame, gain: float = 0.10, axis: SweepAxis = BATCH) ->
     while start > 0 and gains[start - 1] < gain:
         start -= 1
     if start == len(xs) - 1:
-        return PlateauCall(None, None, [_still_rising(curve, gains[-1], axis)])
+        return PlateauCall(None, None, [_still_rising(curve, gains[-1], axis, ceiling)])
     first = unresolved_from(curve, start)
     if first < start:
         return PlateauCall(None, xs[start], [_undecided(curve, first, start, axis)])
@@ -78,11 +81,15 @@ def _plateau_sentence(curve: pd.DataFrame, i: int, step_gain: float, axis: Sweep
             f"{tok_s(t_next)} at {axis.value(x_next)}), so the plateau starts at {axis.value(x)}.")
 
 
-def _still_rising(curve: pd.DataFrame, last_gain: float, axis: SweepAxis) -> str:
+def _still_rising(curve: pd.DataFrame, last_gain: float, axis: SweepAxis, ceiling: float | None) -> str:
     prev, last = curve.iloc[-2], curve.iloc[-1]
-    return (f"No plateau: going from {axis.at(prev['x'])} to {axis.value(last['x'])} still "
+    rise = (f"No plateau: going from {axis.at(prev['x'])} to {axis.value(last['x'])} still "
             f"adds {pct(last_gain, 1)} throughput per doubling ({tok_s(prev['output_tokens_per_s'])} → "
-            f"{tok_s(last['output_tokens_per_s'])}), so {axis.larger} may still help.")
+            f"{tok_s(last['output_tokens_per_s'])})")
+    if ceiling is not None:
+        return (f"{rise}, but {axis.at(ceiling)} ran out of memory, so {axis.value(last['x'])} is as far as "
+                f"this device goes for this workload.")
+    return f"{rise}, so {axis.larger} may still help."
 
 
 def _undecided(curve: pd.DataFrame, first: int, start: int, axis: SweepAxis) -> str:

@@ -11,11 +11,12 @@ from batchscope.analysis.slo import SLO
 
 
 def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
-                  axis: SweepAxis = BATCH) -> tuple[Marker | None, list[str]]:
+                  axis: SweepAxis = BATCH, ceiling: float | None = None) -> tuple[Marker | None, list[str]]:
     """(marker, notes). Without a plateau the throughput bound is lifted; without an SLO, the latency one.
 
     When noise leaves the plateau undecided, `plateau.limit` is the latest batch it can start at
-    and that is the bound (see `knee.plateau`).
+    and that is the bound (see `knee.plateau`). `ceiling` (the x that ran out of memory past the last
+    ok point) is named instead of advice to try larger batches.
     """
     if curve.empty:
         return None, ["No ok point, so there is no working point."]
@@ -29,11 +30,11 @@ def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
                       f"{slo.name} SLO."]
     point = curve.loc[allowed[allowed].index.max()]
     x = point["x"]
-    return Marker(x, "working point", _why(point, x, curve, plateau, slo, axis)), []
+    return Marker(x, "working point", _why(point, x, curve, plateau, slo, axis, ceiling)), []
 
 
 def _why(point: pd.Series, x: float, curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
-         axis: SweepAxis) -> str:
+         axis: SweepAxis, ceiling: float | None) -> str:
     here = axis.at_start(x)
     throughput = tok_s(point["output_tokens_per_s"])
     latency = "" if slo is None else (f" and its {slo.name} latency ({num(point[slo.column])} ms) meets the "
@@ -52,5 +53,13 @@ def _why(point: pd.Series, x: float, curve: pd.DataFrame, plateau: PlateauCall, 
         return (f"{here} is recommended: throughput has not plateaued, and {axis.value(x)} is the largest "
                 f"{axis.noun} whose {slo.name} latency ({num(point[slo.column])} ms) meets the {num(slo.ms)} ms "
                 f"SLO ({throughput}).")
+    if len(curve) == 1:
+        beyond = f"; {axis.at(ceiling)} ran out of memory" if ceiling is not None else ""
+        return (f"{here} is the only {axis.noun} that finished ({throughput}), so it is the working point by "
+                f"default: with nothing to compare it with, no rise or plateau can be read{beyond}.")
+    if ceiling is not None:
+        return (f"{here} is recommended: it is the largest that fits in memory ({axis.at(ceiling)} ran out), "
+                f"and throughput was still rising up to it ({throughput}); set a latency SLO to trade some "
+                f"of it for latency.")
     return (f"{here} is recommended only because it is the largest measured ({throughput}): throughput "
             f"is still rising, so try {axis.larger} or set a latency SLO.")

@@ -1,1 +1,1 @@
-"""Page logic for the dashboard, kept out of pages/ so it is tested without a browser."""
+"""Page logic for the dashboard, kept out of app_pages/ so it is tested without a browser."""

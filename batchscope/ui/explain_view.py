@@ -56,12 +56,6 @@ def slo_range(table: pd.DataFrame, column: str) -> tuple[float, float, float] | 
     return low, high, start
 
 
-def slider_step(low: float, high: float) -> float:
-    """A step that gives a few hundred positions across the range."""
-    span = high - low
-    return float(10 ** math.floor(math.log10(span / 200))) if span > 0 else 1.0
-
-
 def nice_floor(x: float) -> float:
     step = 10 ** math.floor(math.log10(x)) / 10 if x > 0 else 1.0
     return round(math.floor(x / step) * step, 12)

@@ -13,11 +13,10 @@ from batchscope import config
 from batchscope.analysis.memory import predict_memory_for_spec
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.slo import SLO
+from batchscope.jobs import device_key
 from runners import distributions
-from runners.spec import SpecError, SweepSpec, parse_batch_sizes, problems, validate
+from runners.spec import SpecError, SweepSpec, model_context, parse_batch_sizes, problems, validate
 
-SLO_METRICS = ("ttft", "itl", "e2e")
-SLO_PERCENTILES = (50, 95, 99)
 H200_CAPACITY_BYTES = 150_109_880_320  # what torch reported on the H200 this project measured on
 GiB = 1024**3
 ESTIMATE_FIELDS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
@@ -46,11 +45,8 @@ class SweepForm:
     seed: int = _CLI.seed
     on_oom: str = _CLI.on_oom
     name: str = ""
-    slo_enabled: bool = False
-    slo_metric: str = "ttft"
-    slo_percentile: int = 95
-    slo_ms: float = 500.0
-    # continuous mode (runners/continuous_spec.py)
+    slo: SLO | None = None  # marks the SLO limit on the Run page; a continuous sweep also counts goodput by it
+    # continuous mode (runners/spec/continuous.py)
     max_num_seqs: str = "1,2,4,8,16"
     load: str = "arrival"  # "arrival" (Poisson) or "concurrency" (closed loop)
     arrival: str = "poisson:4"
@@ -79,23 +75,33 @@ class SweepForm:
         if self.mode != "continuous":
             return {}
         load = {"arrival": self.arrival} if self.load == "arrival" else {"concurrency": self.concurrency}
-        slo = {"slo_metric": self.slo_metric, "slo_ms": self.slo_ms} if self.slo_enabled else {}
+        slo = {"slo_metric": self.slo.metric, "slo_ms": self.slo.ms} if self.slo is not None else {}
         return {"max_num_seqs": self.max_num_seqs, **load, "num_requests": self.num_requests,
                 "max_num_batched_tokens": self.max_num_batched_tokens, **slo}
 
 
 def check(form: SweepForm) -> dict[str, str]:
-    """Every problem keyed by spec field (plus `slo`), in the runner's own words; empty when launchable.
-    Local checkpoints must lie in the configured model folders, as the job manager demands too."""
+    """Every problem keyed by spec field, in the runner's own words (the From/To range in the form's);
+    empty when launchable. Local checkpoints must lie in the configured model folders, as the job
+    manager demands too. (The SLO is an `SLO`, valid by construction: its control refuses a bad limit.)"""
     found = problems(form.spec_dict(), config.model_roots())
-    if form.slo_enabled:
-        if form.slo_metric not in SLO_METRICS:
-            found["slo"] = f"SLO metric must be one of {', '.join(SLO_METRICS)}"
-        elif form.slo_percentile not in SLO_PERCENTILES:
-            found["slo"] = f"SLO percentile must be one of {', '.join(map(str, SLO_PERCENTILES))}"
-        elif not form.slo_ms or form.slo_ms <= 0:
-            found["slo"] = "the SLO latency must be a positive number of milliseconds"
+    range_problem = _range_problem(form)
+    if range_problem:
+        found["batch_sizes"] = range_problem
     return found
+
+
+def _range_problem(form: SweepForm) -> str | None:
+    """A From/To range in the words of its two fields, not the spec's `pow2:LO:HI`."""
+    if form.mode == "continuous" or form.batch_mode != "pow2":
+        return None
+    if form.batch_lo < 1:
+        return f"From must be at least 1 (it is {form.batch_lo})"
+    if form.batch_lo > form.batch_hi:
+        return f"From ({form.batch_lo}) must not be larger than To ({form.batch_hi})"
+    if not batch_sizes(form):
+        return f"no power of two lies between {form.batch_lo} and {form.batch_hi}"
+    return None
 
 
 def batch_sizes(form: SweepForm) -> list[int]:
@@ -106,16 +112,74 @@ def batch_sizes(form: SweepForm) -> list[int]:
         return []
 
 
+def batch_note(form: SweepForm) -> str | None:
+    """What the batch inputs will run, said under them: the sizes, and why they differ from what was
+    typed (a From/To that is not a power of two snaps inwards to the powers of two between them)."""
+    sizes = batch_sizes(form)
+    if not sizes or _range_problem(form):
+        return None
+    shown = ", ".join(map(str, sizes))
+    note = f"Runs batch sizes {shown} ({len(sizes)} point{'s' if len(sizes) > 1 else ''})."
+    off = [f"{name} {value}" for name, value in (("From", form.batch_lo), ("To", form.batch_hi))
+           if value & (value - 1)]
+    if form.batch_mode == "pow2" and off:
+        note += (f" {' and '.join(off)} {'is' if len(off) == 1 else 'are'} not a power of two, so the range "
+                 f"snaps to the powers of two between them.")
+    return note
+
+
 def length_preview(text: str, seed: int, n: int = PREVIEW_SAMPLES) -> list[int]:
     """The lengths the runner would draw for `text` (ValueError with the syntax when malformed)."""
     return distributions.sample_lengths(text, n, seed)
 
 
-def length_summary(lengths: list[int]) -> str:
+def sweep_lengths(form: SweepForm) -> tuple[list[int], list[int]] | None:
+    """(prompt, output) lengths of every request the static sweep will draw, warm-up included, in the
+    runner's own draw (SweepSpec.request_lengths): the preview then shows what the context check reads.
+    None in continuous mode, or while the batch sizes or lengths are invalid."""
+    sizes = batch_sizes(form)
+    if form.mode == "continuous" or not sizes:
+        return None
+    spec = SweepSpec(model=form.model, batch_sizes=sizes, prompt_len=form.prompt_len, output_len=form.output_len,
+                     repeats=form.repeats, warmup=form.warmup, seed=form.seed)
+    prompts: list[int] = []
+    outputs: list[int] = []
+    try:
+        for batch in sizes:
+            for repeat in spec.repeat_indices():
+                drawn = spec.request_lengths(batch, repeat)
+                prompts += drawn[0]
+                outputs += drawn[1]
+    except ValueError:
+        return None
+    return prompts, outputs
+
+
+def length_summary(lengths: list[int], drawn_by_sweep: bool = False) -> str:
     """One line under a histogram: the numbers a user checks against the model's context."""
     series = pd.Series(lengths)
+    what = f"{len(lengths):,} requests the sweep draws" if drawn_by_sweep else f"{len(lengths):,} samples"
     return (f"median {series.median():,.0f} · P95 {series.quantile(0.95):,.0f} · "
-            f"max {series.max():,} tokens ({len(lengths):,} samples)")
+            f"max {series.max():,} tokens ({what})")
+
+
+def longest_request(prompts: list[int], outputs: list[int], context: int | None) -> str:
+    """The longest prompt + output the sweep draws, beside the model's context when it is known: the two
+    numbers the context check compares."""
+    longest = max(p + o for p, o in zip(prompts, outputs))
+    beside = f"; the model's context is {context:,} tokens" if context else ""
+    return f"Longest request: prompt + output = {longest:,} tokens{beside}."
+
+
+def context_of(form: SweepForm, found: dict[str, str]) -> int | None:
+    """The model's context length once `check` (whose problems are `found`) accepts the model, so no file
+    outside the allowed model folders is read."""
+    if "model" in found:
+        return None
+    try:
+        return model_context(str(Path(form.model.strip()).expanduser()))
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -127,10 +191,13 @@ class Capacity:
 
 
 def default_capacity(runs: pd.DataFrame, device: str) -> Capacity:
-    """What to assume before the user types a number: this machine's RAM for CPU sweeps; else the GPU
-    memory the newest stored GPU run recorded; else an H200's 139.8 GiB, said plainly to be a default."""
+    """What to assume before the user types a number: this machine's RAM for CPU sweeps (and for auto
+    where no GPU is visible); else the GPU memory the newest stored GPU run recorded; else an H200's
+    139.8 GiB, said plainly to be a default."""
     if device == "cpu":
         return Capacity(_total_ram(), "this machine's RAM (from the operating system)")
+    if device == "auto" and device_key(device) == "cpu":
+        return Capacity(_total_ram(), "this machine's RAM: no GPU is visible here, so auto runs on the CPU")
     known = runs.dropna(subset=["gpu_memory_bytes"]) if "gpu_memory_bytes" in runs else runs.iloc[0:0]
     if not known.empty:
         newest = known.iloc[0]
@@ -142,32 +209,6 @@ def default_capacity(runs: pd.DataFrame, device: str) -> Capacity:
 
 def _total_ram() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def slo(form: SweepForm) -> SLO | None:
-    """The form's SLO, or None when it is switched off or invalid (check() names the problem)."""
-    if not form.slo_enabled:
-        return None
-    try:
-        return SLO(form.slo_metric, form.slo_percentile, float(form.slo_ms))
-    except ValueError:
-        return None
-
-
-def slo_param(value: SLO) -> str:
-    """The SLO as a URL query value (`ttft:95:500`), so a shared Run link keeps it."""
-    return f"{value.metric}:{value.percentile}:{value.ms:g}"
-
-
-def parse_slo_param(text: str | None) -> SLO | None:
-    """The SLO in a URL, or None when absent or malformed (a bad link then shows no SLO, not an error)."""
-    parts = (text or "").split(":")
-    if len(parts) != 3:
-        return None
-    try:
-        return SLO(parts[0], int(parts[1]), float(parts[2]))
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,26 @@
 """The History page's logic: filter choices, the runs table, overlay labels, rename and import checks."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from batchscope.analysis import SLO
 from batchscope.ingest import ingest_run
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
-from batchscope.ui.run_view import RunData, load_run
+from batchscope.ui.run_view import RunData
 
 FILTER_COLUMNS = {"model": "model", "dtype": "dtype", "gpu": "GPU / device", "engine": "engine",
                   "state": "status"}
 MAX_OVERLAY = 10
 GiB = 1024**3
+# Key columns first: which run, how it ended, what it reached; then what it ran on; the long fingerprint last.
 RUNS_TABLE_COLUMNS = {
-    "name": "name", "created_at": "created (UTC)", "state": "status", "model": "model", "dtype": "dtype",
-    "engine": "engine", "gpu": "GPU / device", "points_ok": "points ok", "points": "points",
-    "best_output_tokens_per_s": "best output tok/s", "fingerprint": "fingerprint", "run_id": "run id",
+    "name": "name", "state": "status", "points_ok": "points ok", "points": "points",
+    "best_output_tokens_per_s": "best output tok/s", "run_id": "run id", "model": "model", "dtype": "dtype",
+    "engine": "engine", "gpu": "GPU / device", "created_at": "created (UTC)", "fingerprint": "fingerprint",
 }
 
 
@@ -98,6 +99,31 @@ def axis_problem(overlay: dict[str, RunData]) -> str | None:
     return None
 
 
+FINGERPRINT_FIELDS = {"device": "GPU / device", "driver": "driver", "cuda": "CUDA", "torch_version": "torch",
+                      "transformers_version": "transformers", "engine_version": "engine"}
+
+
+def fingerprints(overlay: dict[str, RunData]) -> pd.DataFrame:
+    """One row per overlaid run: what it ran on and with, so a comparison is read with them in view."""
+    rows = []
+    for label, data in overlay.items():
+        run = data.run
+        device = run.get("gpu_name") or run.get("device")
+        rows.append({"run": label, **{title: str(value) if value else "—" for title, value in zip(
+            FINGERPRINT_FIELDS.values(), [device, *(run.get(f) for f in list(FINGERPRINT_FIELDS)[1:])])}})
+    return pd.DataFrame(rows, columns=["run", *FINGERPRINT_FIELDS.values()])
+
+
+def device_problem(overlay: dict[str, RunData]) -> str | None:
+    """Why the overlaid numbers are not comparable, or None: runs measured on different devices."""
+    devices = fingerprints(overlay).groupby("GPU / device")["run"].apply(list)
+    if len(devices) < 2:
+        return None
+    listed = "; ".join(f"{device}: {', '.join(runs)}" for device, runs in devices.items())
+    return (f"These runs were measured on different devices ({listed}): compare the shapes of their curves, "
+            f"not their numbers.")
+
+
 def comparison_table(overlay: dict[str, RunData]) -> pd.DataFrame:
     """One row per overlaid run: where its knee markers fall, its best throughput, its weights and the
     largest point that fit — the side-by-side a bfloat16 vs fp8 (or fast vs hf-generate) question needs."""
@@ -109,17 +135,19 @@ def comparison_table(overlay: dict[str, RunData]) -> pd.DataFrame:
         best = ok.loc[ok["output_tokens_per_s"].idxmax()] if ok["output_tokens_per_s"].notna().any() else None
         oom = table[table["status"] == "oom"]
         weights = ok["mem_weights"].dropna() if "mem_weights" in ok else pd.Series(dtype=float)
-        rows.append({
-            "run": label, "axis": axis.noun,
-            **{name: "—" if marker is None else axis.value(marker.x) for name, marker in (
-                ("plateau", analysis.plateau), ("Kneedle", analysis.kneedle),
-                ("working point", analysis.working_point))},
+        marker = {name: "—" if found is None else axis.value(found.x) for name, found in (
+            ("plateau", analysis.plateau), ("Kneedle", analysis.kneedle), ("working point", analysis.working_point))}
+        rows.append({  # key columns first: the answer (best, working point, limits), then the detail
+            "run": label,
             "best output tok/s": None if best is None else float(best["output_tokens_per_s"]),
             "best at": "—" if best is None else axis.value(best["x"]),
-            "decode step ms (first point)": None if ok.empty else _number(ok.iloc[0].get("decode_step_ms")),
+            "working point": marker["working point"],
             "weights GiB": float(weights.median()) / GiB if not weights.empty else None,
             "largest that ran": "—" if ok.empty else axis.value(ok["x"].max()),
             "first OOM": "—" if oom.empty else axis.value(oom["x"].min()),
+            "plateau": marker["plateau"], "Kneedle": marker["Kneedle"],
+            "decode step ms (first point)": None if ok.empty else _number(ok.iloc[0].get("decode_step_ms")),
+            "axis": axis.noun,
         })
     return pd.DataFrame(rows)
 
@@ -128,7 +156,8 @@ def _number(value: object) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 
 
-def overlay_runs(store: Store, labels: dict[str, str], slo: SLO | None) -> dict[str, RunData]:
-    """Each chosen run with points, analysed, keyed by its legend label (runs without points are left out)."""
-    loaded = {label: load_run(store, run_id, slo) for run_id, label in labels.items()}
+def overlay_runs(labels: dict[str, str], load: Callable[[str], RunData | None]) -> dict[str, RunData]:
+    """Each chosen run with points, analysed by `load` (run id → RunData), keyed by its legend label;
+    runs without points are left out."""
+    loaded = {label: load(run_id) for run_id, label in labels.items()}
     return {label: data for label, data in loaded.items() if data is not None and data.analysis is not None}

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 import pandas as pd
 import streamlit as st
 
 from batchscope.demo import import_demo_runs
+from batchscope.analysis import SLO
 from batchscope.jobs import JobManager
 from batchscope.store import Store
+from batchscope.ui.run_cache import RunCache
+from batchscope.ui.run_view import RunData
 
 log = logging.getLogger("batchscope.app")
 
@@ -27,6 +31,33 @@ def store() -> Store:
     return jobs().store
 
 
+@st.cache_resource(show_spinner=False)
+def run_cache() -> RunCache:
+    """The process-wide cache of analysed runs (see run_cache), shared by every session."""
+    return RunCache()
+
+
+def analyse_ahead(run_id: str | None) -> None:
+    """Analyse a run in a background thread, so the page a user most likely opens next finds it ready
+    (the first analysis of a large run is most of a cold Run page's wait)."""
+    if run_id is None:
+        return
+    cache, history = run_cache(), store()
+
+    def work() -> None:
+        try:
+            cache.load(history, run_id, None)
+        except Exception:  # only a head start: the page analyses it again and shows any error
+            log.exception("analysing run %s ahead of time", run_id)
+
+    threading.Thread(target=work, name=f"analyse-ahead-{run_id}", daemon=True).start()
+
+
+def load_run(run_id: str, slo: SLO | None) -> RunData | None:
+    """A stored run analysed under `slo`, re-analysed only when the store holds something new for it."""
+    return run_cache().load(store(), run_id, slo)
+
+
 def show_unexpected(error: Exception, doing: str) -> None:
     """A failure nobody planned for: logged with its traceback for the operator, one line for the user."""
     log.exception("unexpected error while %s", doing)
@@ -39,6 +70,6 @@ def runs_or_stop() -> pd.DataFrame:
     runs = store().runs()
     if runs.empty:
         st.info("No runs yet: start one on the New sweep page, or import a run folder on the History page.")
-        st.page_link("pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
+        st.page_link("app_pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
         st.stop()
     return runs

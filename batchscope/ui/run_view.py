@@ -10,11 +10,42 @@ import pandas as pd
 
 from batchscope.analysis import SLO, Analysis, analyse, memory_split
 from batchscope.analysis.axis import AXES, SweepAxis, sweep_x
+from batchscope.analysis.marker import pct
+from batchscope.analysis.noise import describe_spread
 from batchscope.store import Store
+from batchscope.ui import tables
 from runners.spec.continuous import points as continuous_points
 from runners.spec import SweepSpec
 
 LIVE_STATES = frozenset({"queued", "running"})
+GiB = 1024**3
+
+
+MIN_CURVE_POINTS = 3  # fewer ok points show no knee: a run worth opening first has at least this many
+
+
+def informative_run(runs: pd.DataFrame) -> str | None:
+    """The run a plain Run page (and Home's link) opens: one still queued or running, which the user is
+    likely watching; else the newest finished run with a curve to read; else the run with the most ok
+    points. `runs` is Store.runs(), newest first; a one-point cancelled run is never preferred."""
+    if runs.empty:
+        return None
+    live = runs[runs["state"].isin(LIVE_STATES)]
+    if not live.empty:
+        return str(live.iloc[0]["run_id"])
+    full = runs[(runs["state"] == "done") & (runs["points_ok"] >= MIN_CURVE_POINTS)]
+    if not full.empty:
+        return str(full.iloc[0]["run_id"])
+    return str(runs.loc[runs["points_ok"].idxmax(), "run_id"])
+
+
+def pick_run(run_ids: list[str], url_run: str | None, selected: str | None, default: str) -> tuple[str, str | None]:
+    """(the run to show, an error for a link to an unknown run): the link's run, else the one picked
+    before on this page, else `default`."""
+    if url_run and url_run not in run_ids:
+        fallback = selected if selected in run_ids else default
+        return fallback, f"There is no run with id {url_run!r} in this history. Showing another run instead."
+    return url_run or (selected if selected in run_ids else default), None
 
 
 def is_live(progress: dict[str, Any]) -> bool:
@@ -24,27 +55,32 @@ def is_live(progress: dict[str, Any]) -> bool:
 STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device's ceilings",
                "setup": "setting up the batch shape",
                "warmup": "warming up", "measure": "measuring"}
-# The points table: summary columns a reader compares first, with the units in the header.
+# The points table, key columns first (what was run, how it ended, throughput, latency), units in the headers.
 TABLE_COLUMNS = {
     "arrival_rate": "arrival req/s", "concurrency": "clients", "max_num_seqs": "max_num_seqs",
     "batch_size": "batch", "status": "status", "output_tokens_per_s": "output tok/s",
     "output_tokens_per_s_min": "tok/s min", "output_tokens_per_s_max": "tok/s max",
-    "predicted_tokens_per_s": "roofline tok/s", "roofline_pct": "% of roofline", "bound": "bound",
     "ttft_ms_p50": "TTFT P50 ms", "ttft_ms_p95": "TTFT P95 ms", "ttft_ms_p99": "TTFT P99 ms",
     "itl_ms_p50": "ITL P50 ms", "itl_ms_p95": "ITL P95 ms", "itl_ms_p99": "ITL P99 ms",
     "e2e_ms_p50": "E2E P50 ms", "e2e_ms_p95": "E2E P95 ms", "e2e_ms_p99": "E2E P99 ms",
-    "decode_step_ms": "decode step ms", "predicted_step_ms": "roofline step ms", "prefill_ms": "prefill ms",
-    "requests_per_s": "requests/s", "input_tokens_per_s": "input tok/s",
-    "prefill_padding_waste": "prefill padding", "decode_padding_waste": "decode padding",
-    "gpu_util_pct": "GPU util %", "mem_ctrl_util_pct": "mem-ctrl util %", "sm_util_pct": "SM util %",
-    "tensor_active_pct": "tensor active %", "cpu_pct": "CPU %", "mem_peak_allocated": "peak alloc bytes",
-    "mem_kv_allocated": "KV alloc bytes", "rss_bytes_max": "peak RSS bytes",
-    "energy_per_output_token_j": "J / output token", "setup_ms": "setup ms",
-    "comm_ms_per_step": "all-reduce ms / step", "comm_share": "all-reduce share",
     "queue_ms_p50": "queue P50 ms", "queue_ms_p95": "queue P95 ms", "queue_ms_p99": "queue P99 ms",
-    "goodput_rps": "goodput req/s", "goodput_slo": "goodput SLO", "kv_occupancy_mean": "KV occupancy mean",
-    "kv_occupancy_max": "KV occupancy max", "admission_waits": "admission waits (cache full)", "error": "error",
+    "goodput_rps": "goodput req/s", "goodput_slo": "goodput SLO",
+    "decode_step_ms": "decode step ms", "roofline_pct": "% of roofline", "bound": "bound",
+    "predicted_tokens_per_s": "roofline tok/s", "predicted_step_ms": "roofline step ms", "prefill_ms": "prefill ms",
+    "requests_per_s": "requests/s", "input_tokens_per_s": "input tok/s",
+    "mem_peak_allocated": "peak alloc GiB", "mem_kv_allocated": "KV alloc GiB", "rss_bytes_max": "peak RSS GiB",
+    "kv_occupancy_mean": "KV occupancy mean %", "kv_occupancy_max": "KV occupancy max %",
+    "admission_waits": "admission waits (cache full)",
+    "prefill_padding_waste": "prefill padding %", "decode_padding_waste": "decode padding %",
+    "gpu_util_pct": "GPU util %", "mem_ctrl_util_pct": "mem-ctrl util %", "sm_util_pct": "SM util %",
+    "tensor_active_pct": "tensor active %", "cpu_pct": "CPU % (100 = one core)",
+    "comm_ms_per_step": "all-reduce ms / step", "comm_share": "all-reduce share %",
+    "energy_per_output_token_j": "J / output token", "setup_ms": "setup ms",
 }
+BYTE_COLUMNS = ("mem_peak_allocated", "mem_kv_allocated", "rss_bytes_max")  # shown in GiB
+SHARE_COLUMNS = ("prefill_padding_waste", "decode_padding_waste", "comm_share", "kv_occupancy_mean",
+                 "kv_occupancy_max")  # 0..1, shown in %
+STATUS_WORDS = {"ok": "ok", "oom": "out of memory", "error": "error"}
 
 
 def format_duration(seconds: float | None) -> str:
@@ -89,21 +125,35 @@ def point_labels(spec: dict[str, Any] | None) -> list[str] | None:
 
 
 def progress_view(progress: dict[str, Any], repeats: int | None = None,
-                  labels: list[str] | None = None) -> ProgressView:
+                  labels: list[str] | None = None, stored: int | None = None) -> ProgressView:
     """Words and a 0..1 fraction from JobManager.progress (status.json plus elapsed, ETA, queue place);
-    `labels` name the points (see `point_labels`)."""
+    `labels` name the points (see `point_labels`); `stored` is how many points the history holds, so
+    the strip says when the runner is ahead of the charts. The current point is named only while one
+    is being measured: after the last, a stale "Now: point 3" would contradict "3 of 3 points done"."""
     state = str(progress.get("state") or "unknown")
     done = int(progress.get("points_done") or 0)
     total = int(progress.get("points_total") or 0)
     fraction = min(1.0, done / total) if total else 0.0
     headline = f"{done} of {total} points done" if total else f"{done} points done"
+    if stored is not None and stored < done:
+        headline += f" · {done - stored} being stored"
     if state == "queued":
         place = progress.get("queue_position")
         headline = f"queued — position {place} in the queue" if place else "queued — waiting for the GPU"
+    measuring = state == "running" and (not total or done < total)
     return ProgressView(state=state, fraction=fraction, headline=headline,
-                        current=_current_words(progress.get("current"), repeats, labels),
+                        current=_current_words(progress.get("current"), repeats, labels) if measuring else "",
                         elapsed=format_duration(progress.get("elapsed_s")),
                         eta=format_duration(progress.get("eta_s")), live=state in LIVE_STATES)
+
+
+def no_results_words(progress: dict[str, Any]) -> str:
+    """What the results area says before any point is stored, agreeing with the progress strip."""
+    done = int(progress.get("points_done") or 0)
+    if done:
+        return (f"{done} point{'s are' if done > 1 else ' is'} finished and being stored: the charts appear "
+                f"in a moment.")
+    return "No finished points yet: the charts appear as soon as the first point is measured."
 
 
 def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: list[str] | None) -> str:
@@ -126,14 +176,28 @@ def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: 
 
 
 def points_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The table of every point with readable headers; columns a run never recorded are left out."""
+    """The table of every point with readable headers and units (sizes in GiB, shares in %, each float
+    column at the decimals its size deserves); why a point failed is said under it (`failures`).
+    Columns a run never recorded are left out."""
     columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any()]
     if "sweep_axis" in table and table["sweep_axis"].notna().all():
         columns.remove("batch_size")  # a continuous point's batch_size repeats its limit or its clients
-    shown = table.assign(x=sweep_x(table)).sort_values("x")[columns].copy()
-    for column in shown.select_dtypes("float").columns:
-        shown[column] = shown[column].round(0 if column.endswith("tokens_per_s") else 3)
+    shown = table.assign(x=sweep_x(table)).sort_values("x")
+    shown = shown.assign(**{c: shown[c] / GiB for c in BYTE_COLUMNS if c in columns},
+                         **{c: shown[c] * 100 for c in SHARE_COLUMNS if c in columns})
+    if "status" in columns:
+        shown = shown.assign(status=shown["status"].map(STATUS_WORDS).fillna(shown["status"]))
+    shown = tables.rounded(shown[columns].astype({c: float for c in columns if c.endswith("tokens_per_s")}))
     return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
+
+
+def failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
+    """One line per point that did not finish, in a few words: "batch 256: out of memory: needed 15.98 GiB
+    more, 5.17 GiB of 139.80 GiB free" (the full text is in the CSV)."""
+    placed = table.assign(x=sweep_x(table))  # before filtering: an empty frame would adopt the x's index
+    failed = placed[placed["status"] != "ok"].sort_values("x")
+    return [f"{axis.at_start(row.x)}: {tables.failure_summary(row.status, getattr(row, 'error', None))}"
+            for row in failed.itertuples()]
 
 
 def timeline_points(table: pd.DataFrame, axis: SweepAxis) -> dict[int, str]:
@@ -177,6 +241,61 @@ def env_rows(env: dict[str, Any] | None) -> pd.DataFrame:
     return pd.DataFrame({"field": list(env), "value": ["—" if v is None else str(v) for v in env.values()]})
 
 
+def workload_lines(spec: dict[str, Any] | None) -> list[str]:
+    """The run's workload as a tuner reads it before trusting a number: lengths, what one point runs
+    (warm-up, repeats, requests), the sweep and its settings; empty when the spec was not recorded."""
+    if not spec:
+        return []
+    warmup, repeats = int(spec.get("warmup") or 0), int(spec.get("repeats") or 1)
+    lines = [f"Prompts {spec.get('prompt_len', '?')} · outputs {spec.get('output_len', '?')} tokens · "
+             f"seed {spec.get('seed', 0)}"]
+    ahead = f"{warmup} warm-up repeat{'s' if warmup != 1 else ''}, then " if warmup else ""
+    if spec.get("mode") == "continuous":
+        requests = int(spec.get("num_requests") or 0)
+        load = (f"Poisson arrivals {spec['arrival'].removeprefix('poisson:')} req/s" if spec.get("arrival")
+                else f"{_listed(spec.get('concurrency'))} concurrent clients")
+        lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''} of {requests} "
+                     f"requests ({requests * repeats:,} measured) · {load}")
+        lines.append(f"max_num_seqs {_listed(spec.get('max_num_seqs'))} · token budget per step "
+                     f"{int(spec.get('max_num_batched_tokens') or 0):,} · engine {spec.get('engine')} · "
+                     f"device {spec.get('device')}")
+        return lines
+    lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''}, each one batch of "
+                 f"as many requests as the batch size ({repeats} × B measured)")
+    lines.append(f"Batch sizes {_listed(spec.get('batch_sizes'))} · after an OOM: {spec.get('on_oom', 'stop')} · "
+                 f"engine {spec.get('engine')} · device {spec.get('device')}")
+    return lines
+
+
+def _listed(value: object) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+NOISY_SPREAD = 0.25  # repeats that differ by more than this share of their median make single numbers doubtful
+
+
+def noise_warning(run: dict[str, Any], table: pd.DataFrame, axis: SweepAxis) -> str | None:
+    """Why this run's numbers may not repeat, or None: it ran on a CPU, which it shares with everything
+    else on the machine (identical tiny sweeps on a 2-core machine gave 28, 728 and 600 tok/s at batch
+    1), or its repeats differ by more than NOISY_SPREAD at some point."""
+    found = []
+    env = run.get("env") or {}
+    if (env.get("device") or run.get("device")) == "cpu":
+        cores = env.get("cpu_count")
+        found.append(f"This run measured a CPU{f' with {cores} cores' if cores else ''}, shared with everything "
+                     f"else running on that machine: the same sweep can differ several-fold from one run to the next.")
+    ok = table[table["status"] == "ok"] if "status" in table else table
+    if {"output_tokens_per_s_min", "output_tokens_per_s_max"} <= set(ok.columns) and not ok.empty:
+        spread = (ok["output_tokens_per_s_max"] - ok["output_tokens_per_s_min"]) / ok["output_tokens_per_s"]
+        if spread.notna().any() and spread.max() > NOISY_SPREAD:
+            worst = ok.loc[spread.idxmax()]
+            found.append(f"Its repeats differ by up to {pct(spread.max())} of the median ({axis.at(worst['x'])}: "
+                         f"{describe_spread(worst)}).")
+    if not found:
+        return None
+    return " ".join(found) + " Read the repeat bands, and compare runs only from the same device under the same load."
+
+
 def marker_sentences(analysis: Any) -> list[str]:
     """The one-sentence explanations of each marker, then the analysis notes (why a marker is absent)."""
     sentences = [marker.sentence for marker in (analysis.plateau, analysis.kneedle, analysis.slo_limit,
@@ -212,7 +331,8 @@ class RunData:
 
 
 def load_run(store: Store, run_id: str, slo: SLO | None) -> RunData | None:
-    """Read and analyse a run; None for an unknown id. A run with no points yet has no analysis."""
+    """Read and analyse a run; None for an unknown id. A run with no points yet has no analysis.
+    Pages go through `run_cache.RunCache`, which calls this only when the stored run has changed."""
     run = store.run(run_id)
     if run is None:
         return None

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from batchscope.analysis import SLO, analyse
 from batchscope.explain import Step, contrast, explain_steps
 from batchscope.explain_charts import resize
 from batchscope.ui import explain_view, resources, run_view
-from batchscope.ui import form as sweep_form
 from batchscope.ui.history_view import overlay_labels
+from batchscope.ui.slo_control import slo_control
 
 PRESENT_WIDTH, PRESENT_HEIGHT = 880, 440
 
@@ -28,37 +27,25 @@ demo = dict(zip(runs["run_id"], runs["demo"].fillna(False)))
 st.selectbox("Run to explain", run_ids, key="explain_run",
              format_func=lambda rid: f"{labels[rid]}{' (demo)' if demo.get(rid) else ''} — {rid}")
 run_id = st.session_state["explain_run"]
-data = run_view.load_run(store, run_id, None)
+data = resources.load_run(run_id, None)
 if data is None or data.analysis is None or data.table.empty:
     st.info("This run has no finished points yet, so there is nothing to explain. Pick another run.")
     st.stop()
 if data.analysis.axis.key != "batch_size":
     st.info(f"This online-serving run sweeps {data.analysis.axis.noun}; the six steps explain how a static batch "
             "size moves throughput, latency and memory. Open it on the Run page, or pick a static sweep.")
-    st.page_link("pages/run.py", label="Open this run", query_params={"run": run_id}, icon=":material/open_in_new:")
+    st.page_link("app_pages/run.py", label="Open this run", query_params={"run": run_id}, icon=":material/open_in_new:")
     st.stop()
 
-metric_col, pct_col, ms_col = st.columns([1, 1, 3])
-metric = metric_col.selectbox("SLO metric", sweep_form.SLO_METRICS, key="explain_slo_metric", format_func=str.upper)
-percentile = int(pct_col.selectbox("Latency percentile", sweep_form.SLO_PERCENTILES, index=1,
-                                   key="explain_slo_percentile", format_func=lambda p: f"P{p}"))
-column = f"{metric}_ms_p{percentile}"
-span = explain_view.slo_range(data.table, column)
-slo: SLO | None = None
-if span is None:
-    ms_col.info(f"This run recorded no {metric.upper()} P{percentile}, so no SLO can be set on it.")
-else:
-    low, high, start = span
-    limit_ms = ms_col.slider("SLO limit (ms) — drag it", min_value=low, max_value=high, value=start,
-                             step=explain_view.slider_step(low, high),
-                             format="%.0f ms" if high >= 100 else "%.2f ms", key=f"explain_slo_ms_{run_id}_{column}")
-    slo = SLO(metric, percentile, float(limit_ms))
-analysis = analyse(store.points([run_id]), data.run.get("model"), data.run.get("calibration"), slo)
-steps: list[Step] = explain_steps(data.run, analysis.table, analysis, data.split, slo)
+slo = slo_control("explain_slo", switch=None,
+                  span=lambda metric, percentile: explain_view.slo_range(data.table, f"{metric}_ms_p{percentile}"))
+if slo is not None:
+    data = resources.load_run(run_id, slo)
+steps: list[Step] = explain_steps(data.run, data.table, data.analysis, data.split, slo)
 partner_id = explain_view.partner_run(data.run, runs, lambda rid: (store.run(rid) or {}).get("spec"))
-partner = run_view.load_run(store, partner_id, None) if partner_id else None
+partner = resources.load_run(partner_id, None) if partner_id else None
 if partner is not None and partner.analysis is not None:
-    extra = contrast(data.run, analysis.table, partner.run, partner.table)
+    extra = contrast(data.run, data.table, partner.run, partner.table)
     if extra is not None:
         steps.append(extra)
 

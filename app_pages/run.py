@@ -1,18 +1,19 @@
-"""Run: one sweep's live progress, then its four linked charts, markers, points table and fingerprint.
+"""Run: one sweep's live progress and workload, then its linked charts, markers, points table and fingerprint.
 
 The URL carries the run (`?run=<id>`) and the SLO (`&slo=ttft:95:500`), so a link can be shared.
 """
 from __future__ import annotations
 
+from datetime import datetime
+
 import streamlit as st
 
 from batchscope import charts, timeline
-from batchscope.analysis import SLO
 from batchscope.analysis.model_facts import quant_note
-from batchscope.ui import form as sweep_form
-from batchscope.ui import resources
-from batchscope.ui import run_view
+from batchscope.ui import form_state, resources, run_view, tables
 from batchscope.ui.history_view import overlay_labels
+from batchscope.ui.plain_text import plain
+from batchscope.ui.slo_control import latency_choice, slo_control
 
 REFRESH_SECONDS = 2.0
 
@@ -21,12 +22,10 @@ store = resources.store()
 runs = resources.runs_or_stop()
 
 run_ids = runs["run_id"].tolist()
-url_run = st.query_params.get("run")
-if url_run and url_run not in run_ids:
-    st.error(f"There is no run with id {url_run!r} in this history. Showing the newest run instead.")
-    url_run = None
-if st.session_state.get("run_select") not in run_ids or (url_run and st.session_state.get("run_select") != url_run):
-    st.session_state["run_select"] = url_run or run_ids[0]
+st.session_state["run_select"], unknown = run_view.pick_run(
+    run_ids, st.query_params.get("run"), st.session_state.get("run_select"), run_view.informative_run(runs))
+if unknown:
+    st.error(plain(unknown))
 labels = overlay_labels(runs, run_ids)
 
 
@@ -39,83 +38,79 @@ st.selectbox("Run", run_ids, key="run_select", format_func=lambda rid: f"{labels
 run_id = st.session_state["run_select"]
 st.query_params["run"] = run_id
 
-url_text = st.query_params.get("slo")
-if st.session_state.get("run_slo_applied") != url_text or "run_slo_on" not in st.session_state:  # a link or New sweep set the SLO: adopt it
-    url_slo = sweep_form.parse_slo_param(url_text)
-    st.session_state.update(run_slo_on=url_slo is not None, run_slo_applied=url_text)
-    if url_slo is not None:
-        st.session_state.update(run_slo_metric=url_slo.metric, run_slo_percentile=url_slo.percentile,
-                                run_slo_ms=float(url_slo.ms))
-for key, default in (("run_slo_metric", "ttft"), ("run_slo_percentile", 95), ("run_slo_ms", 500.0)):
-    st.session_state.setdefault(key, default)
-on_col, metric_col, pct_col, ms_col = st.columns([1.2, 1, 1, 1])
-slo_on = on_col.toggle("Latency SLO", key="run_slo_on")
-metric = metric_col.selectbox("SLO metric", sweep_form.SLO_METRICS, key="run_slo_metric", format_func=str.upper,
-                              disabled=not slo_on)
-percentile = pct_col.selectbox("Latency percentile", sweep_form.SLO_PERCENTILES, key="run_slo_percentile",
-                               format_func=lambda p: f"P{p}")
-limit_ms = ms_col.number_input("SLO limit (ms)", min_value=0.0, step=10.0, key="run_slo_ms",
-                               disabled=not slo_on)
-slo: SLO | None = None
-if slo_on:
-    try:
-        slo = SLO(metric, int(percentile), float(limit_ms))
-    except ValueError as error:
-        ms_col.error(str(error))
-slo_text = sweep_form.slo_param(slo) if slo is not None else None
-st.session_state["run_slo_applied"] = slo_text
-if slo_text is not None:
-    st.query_params["slo"] = slo_text
-elif "slo" in st.query_params:
-    del st.query_params["slo"]
+slo = slo_control("run_slo", url=True)
+percentile = latency_choice("run_slo")[1]
 
 
-def show_progress(progress: dict, spec: dict) -> None:
-    """The live strip: bar, current point, elapsed, ETA and the cancel button."""
-    view = run_view.progress_view(progress, spec.get("repeats"), run_view.point_labels(spec))
+def show_progress(progress: dict, spec: dict, stored: int) -> None:
+    """The live strip: bar, current point, elapsed, ETA and the cancel button, which stays pressed and
+    says so until the runner stops."""
+    view = run_view.progress_view(progress, spec.get("repeats"), run_view.point_labels(spec), stored)
     st.progress(view.fraction, text=view.headline)
     if view.current:
         st.caption(f"Now: {view.current}")
     elapsed_col, eta_col, cancel_col = st.columns(3)
     elapsed_col.metric("Elapsed", view.elapsed)
     eta_col.metric("ETA", view.eta)
-    if cancel_col.button("Cancel sweep", icon=":material/stop_circle:", key=f"cancel_{run_id}"):
-        try:
-            resources.jobs().cancel(run_id)
-        except KeyError:
-            st.warning("This run is no longer known to the job queue.")
-        else:
-            st.toast("Cancel requested: the sweep stops at the next step and keeps finished points.")
+    asked = f"cancel_requested_{run_id}"
+    cancel_col.button("Cancelling…" if asked in st.session_state else "Cancel sweep", icon=":material/stop_circle:",
+                      key=f"cancel_{run_id}", disabled=asked in st.session_state, on_click=request_cancel,
+                      args=(asked,))
+    if st.session_state.get(asked) == UNKNOWN:
+        st.warning("This run is no longer known to the job queue.")
+    elif asked in st.session_state:
+        st.info(f"Cancel requested at {st.session_state[asked]}: the sweep stops at the next step and keeps "
+                f"its finished points.", icon=":material/stop_circle:")
+
+
+UNKNOWN = "unknown to the job queue"
+
+
+def request_cancel(asked: str) -> None:
+    """Ask the runner to stop, and remember when, so the button is drawn pressed (before the redraw)."""
+    try:
+        resources.jobs().cancel(run_id)
+    except KeyError:
+        st.session_state[asked] = UNKNOWN
+    else:
+        st.session_state[asked] = datetime.now().strftime("%H:%M:%S")
 
 
 def show_outcome(progress: dict) -> None:
     """How a finished run ended, in one message."""
     state = progress.get("state")
     if state == "failed":
-        st.error(f"The sweep failed: {progress.get('error') or 'no error text recorded'}")
+        st.error(plain(f"The sweep failed: {progress.get('error') or 'no error text recorded'}"))
     elif state == "interrupted":
         reason = progress.get("error") or "it was killed, or the app or machine restarted"
-        st.warning(f"The runner stopped without finishing ({reason}); finished points are kept.")
+        st.warning(plain(f"The runner stopped without finishing ({reason}); finished points are kept."))
     elif state == "cancelled":
         st.info("The sweep was cancelled; finished points are kept.")
     if progress.get("stopped_early"):
-        st.info(progress["stopped_early"])
+        st.info(plain(progress["stopped_early"]))
 
 
-def show_results(data: run_view.RunData) -> None:
+def show_results(data: run_view.RunData, progress: dict) -> None:
     """Charts, marker sentences, the points table, downloads and the fingerprint."""
     if data.analysis is None:
-        st.info("No finished points yet: the charts appear as soon as the first point is measured.")
+        st.info(run_view.no_results_words(progress))
         return
-    st.altair_chart(charts.linked_charts(data.table, data.analysis, slo, percentile=int(percentile),
-                                         memory_split=data.split), width="content")
-    st.caption("Hover a point in any chart to highlight it in all four. Dashed vertical rules mark the knee "
-               "markers and the working point; red rules mark out-of-memory batches.")
+    noisy = run_view.noise_warning(data.run, data.table, data.analysis.axis)
+    if noisy:
+        st.warning(plain(noisy), icon=":material/ssid_chart:")
+    st.vega_lite_chart(spec=charts.linked_charts(data.table, data.analysis, slo, percentile=percentile,
+                                                 memory_split=data.split, run=data.run.get("name") or run_id),
+                       width="content")
+    st.caption("Hover a point in any chart to highlight it in all of them and read its values. Dashed vertical "
+               "rules mark the knee markers and the working point; red rules mark out-of-memory batches.")
     st.subheader("What the markers say")
     for sentence in run_view.marker_sentences(data.analysis):
-        st.markdown(f"- {sentence}")
+        st.markdown(f"- {plain(sentence)}")
     st.subheader("Every point")
-    st.dataframe(run_view.points_display(data.table), hide_index=True, width="stretch")
+    shown = run_view.points_display(data.table)
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
+    for line in run_view.failures(data.table, data.analysis.axis):
+        st.caption(plain(line))
     csv_col, parquet_col = st.columns(2)
     csv_col.download_button("Download CSV", run_view.csv_bytes(data.table), file_name=f"{run_id}.csv",
                             mime="text/csv", icon=":material/download:")
@@ -154,6 +149,17 @@ def show_timeline(data: run_view.RunData) -> None:
                    "is padding the GPU still computes.")
 
 
+def show_workload(spec: dict) -> None:
+    """What each point ran (lengths, repeats, requests), and a way to run it again with one thing changed."""
+    text_col, again_col = st.columns([4, 1], vertical_alignment="center")
+    for line in run_view.workload_lines(spec):
+        text_col.caption(plain(line))
+    if again_col.button("Run this again / change one thing", icon=":material/replay:", key=f"again_{run_id}",
+                        disabled=not spec, help="Opens New sweep filled in with this run's settings and SLO."):
+        st.session_state.update(form_state.widget_state(form_state.form_from_spec(spec, slo)))
+        st.switch_page("app_pages/new_sweep.py")
+
+
 def show_fingerprint(data: run_view.RunData) -> None:
     with st.expander("Environment fingerprint", expanded=False):
         if not data.run.get("env"):
@@ -172,22 +178,24 @@ def run_body(live_at_start: bool) -> None:
     try:
         progress = resources.jobs().progress(run_id)
     except KeyError:
-        st.error(f"Run {run_id} has disappeared from the history.")
+        st.error(plain(f"Run {run_id} has disappeared from the history."))
         return
-    data = run_view.load_run(store, run_id, slo)
+    data = resources.load_run(run_id, slo)
     if data is None:
-        st.error(f"Run {run_id} has disappeared from the history.")
+        st.error(plain(f"Run {run_id} has disappeared from the history."))
         return
-    st.subheader(run_view.run_title(data.run))
-    st.caption(f"{run_id} · {progress.get('state')} · {data.run.get('fingerprint') or 'environment not recorded yet'}")
+    st.subheader(plain(run_view.run_title(data.run)))
+    st.caption(plain(f"{run_id} · {progress.get('state')} · "
+                     f"{data.run.get('fingerprint') or 'environment not recorded yet'}"))
+    show_workload(data.run.get("spec") or {})
     live = run_view.is_live(progress)
     if progress.get("state") in run_view.LIVE_STATES:
-        show_progress(progress, data.run.get("spec") or {})
+        show_progress(progress, data.run.get("spec") or {}, len(data.table))
     else:
         show_outcome(progress)
         if live:
             st.caption("Storing the last results…")
-    show_results(data)
+    show_results(data, progress)
     show_timeline(data)
     show_fingerprint(data)
     if live_at_start and not live:

@@ -7,8 +7,10 @@ import pandas as pd
 import streamlit as st
 
 from batchscope import charts
-from batchscope.ui import form as sweep_form
-from batchscope.ui import history_view, resources
+from batchscope.analysis import SLO
+from batchscope.ui import history_view, resources, tables
+from batchscope.ui.plain_text import plain
+from batchscope.ui.slo_control import latency_choice, slo_control
 
 st.title("History")
 store = resources.store()
@@ -23,11 +25,11 @@ def show_import() -> None:
         if st.button("Import", key="import_button", icon=":material/upload:"):
             result = history_view.import_folder(store, path)
             if result.error:
-                st.error(result.error)
+                st.error(plain(result.error))
             else:
-                st.success(f"Imported {result.run_id}: {result.points_added} new point(s).")
+                st.success(plain(f"Imported {result.run_id}: {result.points_added} new point(s)."))
                 for warning in result.warnings:
-                    st.warning(warning)
+                    st.warning(plain(warning))
 
 
 if all_runs.empty:
@@ -46,49 +48,49 @@ days = filter_cols[-1].date_input("Created between", value=default_range, key="f
 since, until = (days[0], days[1]) if isinstance(days, tuple) and len(days) == 2 else (None, None)
 runs = store.runs(**{field: values or None for field, values in chosen.items()}, since=since, until=until)
 st.caption(f"{len(runs)} of {len(all_runs)} runs match.")
-st.dataframe(history_view.runs_display(runs), hide_index=True, width="stretch",
-             column_config={"best output tok/s": st.column_config.NumberColumn(format="%.0f")})
+shown_runs = history_view.runs_display(runs)
+st.dataframe(shown_runs, hide_index=True, width="stretch", column_config=tables.column_config(shown_runs))
 
 st.subheader("Compare runs")
 labels_all = history_view.overlay_labels(runs, runs["run_id"].tolist())
 picked = st.multiselect("Runs to overlay (one colour each; click the legend to single one out)",
                         list(labels_all), format_func=labels_all.get, key="overlay_runs",
                         max_selections=history_view.MAX_OVERLAY)
-metric_col, pct_col = st.columns(2)
-metric = metric_col.selectbox("Latency metric", sweep_form.SLO_METRICS, index=1, format_func=str.upper,
-                              key="overlay_metric")
-percentile = pct_col.selectbox("Latency percentile", sweep_form.SLO_PERCENTILES, index=1,
-                               format_func=lambda p: f"P{p}", key="overlay_percentile")
+slo = slo_control("history_slo", default=SLO("itl", 95, 50.0))
+metric, percentile = latency_choice("history_slo")
 if picked:
     problem = history_view.overlay_problem(picked)
-    overlay = {} if problem else history_view.overlay_runs(store, {rid: labels_all[rid] for rid in picked}, None)
+    overlay = {} if problem else history_view.overlay_runs({rid: labels_all[rid] for rid in picked},
+                                                           lambda run_id: resources.load_run(run_id, slo))
     problem = problem or history_view.axis_problem(overlay)
     if problem:
-        st.warning(problem)
+        st.warning(plain(problem))
     elif not overlay:
         st.info("None of the chosen runs has finished points yet.")
     else:
         skipped = len(picked) - len(overlay)
         if skipped:
             st.caption(f"{skipped} chosen run(s) have no finished points and are not drawn.")
-        st.altair_chart(charts.overlay_charts(
+        different = history_view.device_problem(overlay)
+        if different:  # said before the charts invite a comparison
+            st.warning(plain(different), icon=":material/warning:")
+        st.vega_lite_chart(spec=charts.overlay_charts(
             {label: data.table for label, data in overlay.items()},
             {label: data.analysis for label, data in overlay.items()},
             {label: data.split for label, data in overlay.items()},
-            percentile=int(percentile), latency_metric=metric), width="content")
-        st.caption("Runs are compared only with their fingerprints in view: check GPU, driver and versions above.")
+            slo=slo, percentile=percentile, latency_metric=metric), width="content")
+        st.markdown("**What each ran on**: compare runs only with these in view.")
+        st.dataframe(history_view.fingerprints(overlay), hide_index=True, width="stretch")
         st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")
-        st.dataframe(history_view.comparison_table(overlay), hide_index=True, width="stretch",
-                     column_config={"best output tok/s": st.column_config.NumberColumn(format="%.0f"),
-                                    "decode step ms (first point)": st.column_config.NumberColumn(format="%.3f"),
-                                    "weights GiB": st.column_config.NumberColumn(format="%.2f")})
+        side_by_side = history_view.comparison_table(overlay)
+        st.dataframe(side_by_side, hide_index=True, width="stretch", column_config=tables.column_config(side_by_side))
         st.altair_chart(charts.memory_split_by_run({label: data.split for label, data in overlay.items()}),
                         width="content")
         for label, data in overlay.items():
-            st.page_link("pages/run.py", label=f"Open {label}", query_params={"run": data.run["run_id"]},
+            st.page_link("app_pages/run.py", label=f"Open {label}", query_params={"run": data.run["run_id"]},
                          icon=":material/open_in_new:")
 else:
-    st.caption("Pick two or more runs to overlay them on the four charts.")
+    st.caption("Pick two or more runs to overlay them on the linked charts, under one SLO.")
 
 st.subheader("Manage a run")
 labels_every = history_view.overlay_labels(all_runs, all_runs["run_id"].tolist())
@@ -103,7 +105,7 @@ with rename_col:
             st.error(problem)
         else:
             store.rename(target, new_name)
-            st.toast(f"Renamed to {new_name.strip()!r}.")
+            st.toast(plain(f"Renamed to {new_name.strip()!r}."))
             st.rerun()
 with delete_col:
     also_folder = st.checkbox("Also delete its run folder on disk", key="delete_folder")
@@ -112,8 +114,8 @@ with delete_col:
             st.session_state["confirm_delete"] = target
             st.rerun()
     else:
-        st.warning(f"Delete {labels_every[target]} ({target}) from the history"
-                   f"{' and its folder' if also_folder else ''}? This cannot be undone.")
+        st.warning(plain(f"Delete {labels_every[target]} ({target}) from the history"
+                         f"{' and its folder' if also_folder else ''}? This cannot be undone."))
         yes_col, no_col = st.columns(2)
         if yes_col.button("Yes, delete", type="primary", key="delete_confirm"):
             if target in resources.jobs().active() + resources.jobs().queue():
@@ -122,10 +124,10 @@ with delete_col:
                 try:
                     store.delete(target, delete_folder=also_folder)
                 except ValueError as problem:
-                    st.error(str(problem))
+                    st.error(plain(problem))
                 else:
                     st.session_state.pop("confirm_delete", None)
-                    st.toast(f"Deleted {target}.")
+                    st.toast(plain(f"Deleted {target}."))
                     st.rerun()
         if no_col.button("Keep it", key="delete_cancel"):
             st.session_state.pop("confirm_delete", None)

@@ -1,0 +1,165 @@
+"""New sweep: choose model, dtype, batch range, lengths and SLO; see memory per batch; launch.
+
+Every widget starts from session state (form_state.start_state), so "run this again" on the Run page
+can open this form filled in from a stored run's spec.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from batchscope import charts
+from batchscope.ui import form as sweep_form
+from batchscope.ui import form_state, resources
+from batchscope.ui.form_state import BATCH_MODES, LOADS, MODEL_SOURCES
+from batchscope.ui.plain_text import plain
+from batchscope.ui.slo_control import URL_PARAM, slo_control, slo_param
+from batchscope.ui.slo_control import refused as slo_refused
+from runners.distributions import SYNTAX
+from runners.presets import PRESETS
+from runners.quant_layout import QUANT_DTYPES
+from runners.spec import DTYPES, ENGINES, MODES, SpecError
+
+form_state.start_state(st.session_state)
+st.title("New sweep")
+st.caption("Every number is measured on the device you pick; nothing is launched until the form is valid.")
+
+slots: dict[str, st.delta_generator.DeltaGenerator] = {}
+model_col, batch_col = st.columns(2)
+with model_col:
+    st.subheader("Model")
+    source = st.radio("Model source", list(MODEL_SOURCES.values()), horizontal=True, key="model_source")
+    if source == MODEL_SOURCES["preset"]:
+        model = st.selectbox("Preset", list(PRESETS), key="preset",
+                             help="Shapes of popular open models with random weights: nothing is downloaded.")
+    else:
+        model = st.text_input("Checkpoint directory", key="model_path",
+                              placeholder="/models/Llama-3.1-8B (a folder holding config.json)")
+    slots["model"] = st.empty()
+    dtype = st.selectbox("dtype", DTYPES, key="dtype",
+                         help="fp8, fp8-dynamic and int8 quantise the weights inside the fast engine.")
+    if dtype in QUANT_DTYPES:
+        st.caption(QUANT_DTYPES[dtype])
+    slots["dtype"] = st.empty()
+    engine = st.selectbox("Engine", ENGINES, key="engine",
+                          help="hf-generate is plain model.generate(); fast is BatchScope's CUDA-graph engine.")
+    slots["engine"] = st.empty()
+    mode = st.selectbox("Batching mode", MODES, key="mode",
+                        help="static: fixed batches; continuous: requests arrive and join a running batch "
+                             "(fast engine).")
+    slots["mode"] = st.empty()
+    device = st.selectbox("Device", ["auto", "cuda", "cpu"], key="device",
+                          help="auto uses the GPU when one is visible to the runner, else the CPU.")
+    slots["device"] = st.empty()
+with batch_col:
+    batch_mode, batch_lo, batch_hi, batch_list = "pow2", 1, 1, ""  # unused in continuous mode
+    if mode != "continuous":
+        st.subheader("Batch sizes")
+        batch_label = st.radio("Batch range", list(BATCH_MODES.values()), horizontal=True, key="batch_mode")
+        batch_mode = next(k for k, v in BATCH_MODES.items() if v == batch_label)
+        if batch_mode == "pow2":  # no min_value: the field shows what is typed, and a bad From is named
+            lo_col, hi_col = st.columns(2)
+            batch_lo = lo_col.number_input("From", step=1, key="batch_lo")
+            batch_hi = hi_col.number_input("To", step=1, key="batch_hi")
+        else:
+            batch_list = st.text_input("Batch sizes", key="batch_list", help="Comma-separated whole numbers, e.g. 1,3,8,24")
+        slots["batch_note"] = st.empty()
+        slots["batch_sizes"] = st.empty()
+    continuous: dict = {}
+    if mode == "continuous":
+        st.subheader("Continuous batching")
+        st.caption("Sweep exactly one of max_num_seqs, arrival rates or concurrency (a comma list): that is "
+                   "the x axis of the charts.")
+        continuous["max_num_seqs"] = st.text_input("max_num_seqs", key="max_num_seqs",
+                                                   help="Running-batch limit: 8, 1,2,4 or pow2:1:256")
+        slots["max_num_seqs"] = st.empty()
+        load = st.radio("Load", list(LOADS.values()), horizontal=True, key="load")
+        continuous["load"] = next(k for k, v in LOADS.items() if v == load)
+        if continuous["load"] == "arrival":
+            continuous["arrival"] = st.text_input("Arrival rate", key="arrival",
+                                                  help="poisson:RATE requests/s, or poisson:1,2,4 to sweep")
+        else:
+            continuous["concurrency"] = st.text_input("Concurrent clients", key="concurrency",
+                                                      help="N clients, or a list like 1,4,16 to sweep")
+        slots["arrival"] = slots["concurrency"] = st.empty()
+        requests_col, budget_col = st.columns(2)
+        continuous["num_requests"] = int(requests_col.number_input("Requests per repeat", min_value=1,
+                                                                   key="num_requests"))
+        slots["num_requests"] = requests_col.empty()
+        continuous["max_num_batched_tokens"] = int(budget_col.number_input(
+            "Token budget per step", min_value=1, key="max_num_batched_tokens",
+            help="max_num_batched_tokens: prefill chunk tokens + one per decoding sequence"))
+        slots["max_num_batched_tokens"] = budget_col.empty()
+    repeats_col, warmup_col, seed_col = st.columns(3)
+    repeats = repeats_col.number_input("Repeats", min_value=1, max_value=50, key="repeats")
+    warmup = warmup_col.number_input("Warm-up", min_value=0, max_value=20, key="warmup")
+    seed = seed_col.number_input("Seed", min_value=0, key="seed")
+    on_oom = st.radio("After an out-of-memory point", ["stop", "continue"], horizontal=True, key="on_oom",
+                      help="stop: larger batches are not tried; continue: every batch is tried.")
+
+st.subheader("Request lengths")
+st.caption(f"Syntax: {plain(SYNTAX)}")
+length_cols = st.columns(2)
+lengths = {field: column.text_input(label, key=field) for column, (field, label) in
+           zip(length_cols, (("prompt_len", "Prompt length"), ("output_len", "Output length")))}
+slots.update({field: column.empty() for column, field in zip(length_cols, lengths)})
+preview_cols = st.columns(2)
+longest_slot = st.empty()
+
+st.subheader("Latency SLO")
+slo = slo_control("slo", default_on=True, switch="Mark the largest batch that meets a latency SLO" if mode != "continuous"
+                  else "Mark the largest setting that meets a latency SLO (and count goodput against it)")
+slots["slo"] = st.empty()
+
+name = st.text_input("Run name (optional)", key="name", placeholder="e.g. llama-8b bf16 H200 baseline")
+
+values = sweep_form.SweepForm(
+    model=model or "", dtype=dtype, engine=engine, mode=mode, device=device, batch_mode=batch_mode,
+    batch_lo=int(batch_lo), batch_hi=int(batch_hi), batch_list=batch_list, prompt_len=lengths["prompt_len"],
+    output_len=lengths["output_len"], repeats=int(repeats), warmup=int(warmup), seed=int(seed),
+    on_oom=on_oom, name=name, slo=slo, **continuous)
+problems = sweep_form.check(values)
+for field, message in problems.items():  # plain: a message quoting `uniform:1:100:` must not become an emoji
+    (slots.get(field) or slots.get("slo" if field.startswith("slo_") else "") or st).error(
+        plain(message), icon=":material/error:")
+blocked = len(problems) + slo_refused("slo")  # the SLO control says its own problem beside its field
+note = sweep_form.batch_note(values) if mode != "continuous" else None
+if note:
+    slots["batch_note"].caption(note)
+
+drawn = sweep_form.sweep_lengths(values)  # what the sweep will draw, so preview and context check agree
+for column, (field, label) in zip(preview_cols, (("prompt_len", "Prompt length"), ("output_len", "Output length"))):
+    try:
+        sampled = drawn[field == "output_len"] if drawn else sweep_form.length_preview(lengths[field], int(seed))
+    except ValueError:
+        continue  # the message is shown in the field's slot
+    column.altair_chart(charts.length_histogram(sampled, label), width="stretch")
+    column.caption(sweep_form.length_summary(sampled, drawn_by_sweep=drawn is not None))
+if drawn:
+    longest_slot.caption(sweep_form.longest_request(*drawn, sweep_form.context_of(values, problems)))
+
+st.subheader("Predicted memory per max_num_seqs" if values.mode == "continuous" else "Predicted memory per batch")
+capacity = sweep_form.default_capacity(resources.store().runs(), device)
+capacity_gib = st.number_input("Device memory (GiB)", min_value=0.1, value=round(capacity.bytes / sweep_form.GiB, 1),
+                               step=1.0, key=f"capacity_gib_{device}")
+st.caption(f"Default {capacity.bytes / sweep_form.GiB:,.1f} GiB: {plain(capacity.source)}.")
+estimate = sweep_form.memory_estimate(values, int(capacity_gib * sweep_form.GiB))
+if estimate.error:
+    st.info(plain(estimate.error))
+else:
+    st.dataframe(estimate.table, hide_index=True, width="stretch")
+    for warning in estimate.warnings:
+        st.warning(plain(warning), icon=":material/memory:")
+
+launch = st.button("Launch sweep", type="primary", disabled=bool(blocked), key="launch",
+                   help="Fix the messages above first." if blocked else "Runs in the background; "
+                   "you can close this tab.")
+if blocked:
+    st.caption(f"{blocked} problem(s) to fix before launching.")
+if launch and not blocked:
+    try:
+        run_id = resources.jobs().submit(values.spec_dict())
+    except SpecError as error:
+        st.error(plain(f"{error.field}: {error.message}"))
+    else:
+        params = {"run": run_id, **({URL_PARAM: slo_param(slo)} if slo is not None else {})}
+        st.switch_page("app_pages/run.py", query_params=params)
