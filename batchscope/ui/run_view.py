@@ -66,6 +66,7 @@ TABLE_COLUMNS = {
     "queue_ms_p50": "queue P50 ms", "queue_ms_p95": "queue P95 ms", "queue_ms_p99": "queue P99 ms",
     "goodput_rps": "goodput req/s", "goodput_slo": "goodput SLO",
     "decode_step_ms": "decode step ms", "roofline_pct": "% of roofline", "bound": "bound",
+    "outlier_steps": "outlier steps (> 5× like steps)",
     "predicted_tokens_per_s": "roofline tok/s", "predicted_step_ms": "roofline step ms", "prefill_ms": "prefill ms",
     "requests_per_s": "requests/s", "input_tokens_per_s": "input tok/s",
     "mem_peak_allocated": "peak alloc GiB", "mem_kv_allocated": "KV alloc GiB", "rss_bytes_max": "peak RSS GiB",
