@@ -81,7 +81,6 @@ TABLE_COLUMNS = {
 BYTE_COLUMNS = ("mem_peak_allocated", "mem_kv_allocated", "rss_bytes_max")  # shown in GiB
 SHARE_COLUMNS = ("prefill_padding_waste", "decode_padding_waste", "comm_share", "kv_occupancy_mean",
                  "kv_occupancy_max")  # 0..1, shown in %
-STATUS_WORDS = {"ok": "ok", "oom": "out of memory", "error": "error"}
 
 
 def format_duration(seconds: float | None) -> str:
@@ -177,17 +176,17 @@ def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: 
 
 
 def points_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The table of every point with readable headers and units (sizes in GiB, shares in %, each float
-    column at the decimals its size deserves); why a point failed is said under it (`failures`).
-    Columns a run never recorded are left out."""
-    columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any()]
+    """The table of every point that finished, with readable headers and units (sizes in GiB, shares
+    in %, each float column at the decimals its size deserves). A point that ran out of memory or
+    failed has no measurements, so it gets one line under the table (`failures`) instead of a row of
+    empty cells. Columns a run never recorded are left out."""
+    table = table[table["status"] == "ok"]
+    columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any() and c != "status"]
     if "sweep_axis" in table and table["sweep_axis"].notna().all():
         columns.remove("batch_size")  # a continuous point's batch_size repeats its limit or its clients
     shown = table.assign(x=sweep_x(table)).sort_values("x")
     shown = shown.assign(**{c: shown[c] / GiB for c in BYTE_COLUMNS if c in columns},
                          **{c: shown[c] * 100 for c in SHARE_COLUMNS if c in columns})
-    if "status" in columns:
-        shown = shown.assign(status=shown["status"].map(STATUS_WORDS).fillna(shown["status"]))
     shown = tables.rounded(shown[columns].astype({c: float for c in columns if c.endswith("tokens_per_s")}))
     return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
 
