@@ -9,7 +9,7 @@ import streamlit as st
 
 from batchscope import charts
 from batchscope.ui import form as sweep_form
-from batchscope.ui import form_state, resources
+from batchscope.ui import form_state, resources, tables
 from batchscope.ui.form_state import BATCH_MODES, LOADS, MODEL_SOURCES
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import URL_PARAM, slo_control, slo_param
@@ -146,7 +146,8 @@ estimate = sweep_form.memory_estimate(values, int(capacity_gib * sweep_form.GiB)
 if estimate.error:
     st.info(plain(estimate.error))
 else:
-    st.dataframe(estimate.table, hide_index=True, width="stretch")
+    shown = tables.rounded(estimate.table)
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
     for warning in estimate.warnings:
         st.warning(plain(warning), icon=":material/memory:")
 

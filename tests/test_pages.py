@@ -232,6 +232,8 @@ def test_memory_estimate_warns_before_launching_a_sweep_that_will_not_fit(home) 
     no_traceback(at)
     assert any(w.startswith("Will not fit: batch 1024") for w in texts(at, "warning"))
     assert any("H200" in c for c in texts(at, "caption"))
+    estimate = at.dataframe[0].value  # GiB at the decimals their size deserves, not float noise
+    assert all(value == round(value, 2) for value in estimate["total GiB"])
 
 
 def test_continuous_mode_asks_for_its_own_axis_and_predicts_memory_per_max_num_seqs(home) -> None:
