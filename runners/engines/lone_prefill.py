@@ -65,9 +65,6 @@ class LonePrefill:
                              cu_q=bounds, cu_k=bounds, tokens=size, max_q=size, max_k=size,
                              spans=[(0, size, 0, size)])
 
-    def fits(self, tokens: int) -> bool:
-        return tokens <= self.sizes[-1]
-
     def run(self, slot: int, prompt: list[int]) -> torch.Tensor:
         """Prefill `prompt` into `slot` (arming it for decoding, as FastDecoder.prefill does); returns
         its last logits [1, vocab], valid until the next run."""
