@@ -12,8 +12,10 @@ FP8_CAPABILITY = (8, 9)  # Ada (L4, L40S) and Hopper (H100, H200): fp8 tensor co
 
 
 def resolve(device: str) -> torch.device:
+    """The sweep's device, always with an index on CUDA: rank r of a multi-GPU sweep runs on that
+    index + r, and NCCL and `torch.cuda.set_device` need a numbered device. `auto` is GPU 0."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise SpecError("device", "CUDA was asked for but no CUDA device is visible")

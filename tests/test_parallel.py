@@ -91,7 +91,40 @@ def test_tensor_parallel_world_size_one_on_a_gpu_replays_like_eager(tmp_path):
     want = FastEngine(loaded, compile=False, graphs=False).generate(random_batch(512, PROMPTS, OUTPUTS, seed=1)).tokens
     same = sum(a == b for x, y in zip(got["tokens"], want) for a, b in zip(x, y))
     assert same >= 0.9 * sum(len(row) for row in want)  # compiled kernels round differently near ties
-    assert got["comm_source"] == "cuda_events_probe" and got["comm_ms_per_step"] > 0 and 0 < got["comm_share"] < 1
+    assert got["comm_source"] == "cuda_graph_difference" and got["comm_ms_per_step"] > 0 and 0 < got["comm_share"] < 1
+
+
+TWO_GPU_MODEL, TWO_GPU_PROMPTS, TWO_GPU_OUTPUTS = "llama-3.2-1b", [64, 17, 200, 5], [32, 32, 32, 32]
+
+
+def _two_gpu_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One rank of TP=2 on its own GPU: NCCL, compiled halves, captured graphs, the comm probe."""
+    from runners.engines.fast_tp import TensorParallelEngine
+
+    device = torch.device("cuda", rank)
+    group = parallel.connect(rank, world, port, device, tensor_parallel=True)
+    loaded = load(TWO_GPU_MODEL, "bfloat16", device, seed=0)
+    batch = random_batch(loaded.config.vocab_size, TWO_GPU_PROMPTS, TWO_GPU_OUTPUTS, seed=1)
+    gen = TensorParallelEngine(loaded, group.model).generate(batch)
+    if rank == 0:
+        Path(out, "tp2.json").write_text(json.dumps({"tokens": gen.tokens, **{
+            k: gen.extra[k] for k in ("comm_ms_per_step", "comm_share", "comm_source")}}))
+    torch.distributed.destroy_process_group()
+    os._exit(0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensor_parallel_on_two_gpus_gives_one_gpus_greedy_tokens(tmp_path):
+    mp.spawn(_two_gpu_worker, args=(2, parallel.free_port(), str(tmp_path)), nprocs=2)
+    got = json.loads((tmp_path / "tp2.json").read_text())
+    loaded = load(TWO_GPU_MODEL, "bfloat16", torch.device("cuda", 0), seed=0)
+    want = FastEngine(loaded).generate(random_batch(loaded.config.vocab_size, TWO_GPU_PROMPTS, TWO_GPU_OUTPUTS,
+                                                    seed=1)).tokens
+    first_difference = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None)
+                        for x, y in zip(got["tokens"], want)]
+    assert got["tokens"] == want, f"first differing position per row: {first_difference}"
+    assert got["comm_source"] == "cuda_graph_difference" and got["comm_ms_per_step"] > 0 and 0 < got["comm_share"] < 1
 
 
 def _followers(driver_pid: int) -> list[int]:

@@ -18,12 +18,12 @@ import torch.distributed as dist
 from torch import Tensor
 
 from runners.engines.base import Batch, Generation
-from runners.engines.fast import FastEngine
+from runners.engines.fast import FastEngine, capture
 from runners.engines.fast_model import FastDecoder, LayerWeights
 from runners.models import LoadedModel
 from runners.quant_layout import QUANT_DTYPES
 
-PROBE_STEPS = 8
+PROBE_REPLAYS = 9
 
 
 class AllReduce:
@@ -75,6 +75,7 @@ class ShardedDecoder(FastDecoder):
                              f"({self.kv_heads}) and intermediate size ({inter})")
         self.world = world
         self.all_reduce = AllReduce(group, self.device)
+        self.communicate = True  # off only while the comm probe captures its step without all-reduces
         self.layers = [self._shard(w, rank, world, inter) for w in self.layers]
         self.heads //= world
         self.kv_heads //= world
@@ -109,7 +110,7 @@ class ShardedDecoder(FastDecoder):
         return h + self.reduce(self.mlp_fn(h, mlp_norm, w13, w2))
 
     def reduce(self, x: Tensor) -> Tensor:
-        return self.all_reduce(x)
+        return self.all_reduce(x) if self.communicate else x
 
     def weight_bytes(self) -> int:
         """Bytes of the weights this rank holds (its shards plus the replicated embeddings and head)."""
@@ -125,9 +126,11 @@ class TensorParallelEngine(FastEngine):
 
     Communication time per decode step: eager steps (CPU, or CUDA without graphs) time every
     collective of the measured steps themselves. A CUDA-graph replay hides its collectives from the
-    host and from events, so setup times them in PROBE_STEPS eager steps of the same shape (events
-    around each all-reduce and around each step) and every batch of that shape reports the probe's
-    median. Its share is then the probe's communication over the probe's step time.
+    host and from events, so setup measures them by difference: the step's graph replayed against
+    the same step captured without its all-reduces, both on this shape's buffers. The difference is
+    what the all-reduces add to the step (they sit on its critical path: nothing overlaps them in a
+    decode step), and every batch of that shape reports it. Timing each all-reduce eagerly instead
+    measured the host: an eager step's collectives wait for the slower rank to launch its kernels.
     """
 
     def __init__(self, loaded: LoadedModel, group: dist.ProcessGroup) -> None:
@@ -170,26 +173,32 @@ class TensorParallelEngine(FastEngine):
         return total
 
     def _probe_comm(self) -> tuple[float, float]:
-        """(communication ms, step ms) medians over eager decode steps on this shape's buffers, run in
-        the grad mode of setup's warm-up steps so no compiled half recompiles; the next batch resets
-        every counter the steps advance, and its prefill rewrites the cache."""
-        st, reducer = self.state, self.decoder.all_reduce
-        steps = []
-        reducer.timing = True
+        """(all-reduce ms, step ms) per decode step: medians of PROBE_REPLAYS replays of the step's
+        graph and of the same step captured without all-reduces (its sums are then wrong, which a
+        timing does not mind). The next batch's prefill rewrites the cache and counters they touch."""
+        self.decoder.communicate = False
         try:
-            for _ in range(PROBE_STEPS):
-                st.step.fill_(0)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                self.decoder.decode_step(st)
-                end.record()
-                steps.append((start, end))
-            steps[-1][1].synchronize()
-            comm = reducer.take()
+            silent = capture(self.decoder, self.state)
         finally:
-            reducer.timing = False
-        per_step = [sum(comm[k * self.calls_per_step:(k + 1) * self.calls_per_step]) for k in range(PROBE_STEPS)]
-        return statistics.median(per_step), statistics.median(s.elapsed_time(e) for s, e in steps)
+            self.decoder.communicate = True
+        step_ms, silent_ms = self._replay_ms(self.graph), self._replay_ms(silent)
+        return max(0.0, step_ms - silent_ms), step_ms
+
+    def _replay_ms(self, graph: torch.cuda.CUDAGraph) -> float:
+        """Median event time of a graph replay from position 0 (the decode step reads the whole cache
+        whatever the position, so the time does not depend on it); one untimed replay first."""
+        st, timed = self.state, []
+        for k in range(PROBE_REPLAYS + 1):
+            st.pos.zero_()
+            st.step.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            if k:
+                timed.append((start, end))
+        timed[-1][1].synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in timed)
 
     def generate(self, batch: Batch) -> Generation:
         if not self.fits(batch):
@@ -197,7 +206,7 @@ class TensorParallelEngine(FastEngine):
         if self.graph is not None:
             gen = super().generate(batch)
             comm_ms, step_ms = self.probe
-            gen.extra.update(comm_ms_per_step=comm_ms, comm_share=comm_ms / step_ms, comm_source="cuda_events_probe")
+            gen.extra.update(comm_ms_per_step=comm_ms, comm_share=comm_ms / step_ms, comm_source="cuda_graph_difference")
             return gen
         reducer = self.decoder.all_reduce
         reducer.timing = True

@@ -1,0 +1,90 @@
+"""Standalone all-reduce probe: the all-reduces of one tensor-parallel decode step, timed alone.
+
+A TP=K decode step of a Llama-family model sums two [batch, hidden] bfloat16 tensors per layer over
+the ranks (after o_proj and after down_proj). This captures exactly that many all-reduces of that
+shape in one CUDA graph per batch size, on NCCL with NVLink multicast off (as the runner does), and
+times its replays with CUDA events. The tensor-parallel sweep's `comm_ms_per_step` (the step graph
+minus the same step without all-reduces, runners/engines/fast_tp.py) should agree with it.
+
+Usage: python3 bench/allreduce_probe.py MODEL OUT.json [--world 2] [--batches 1,16,64,256,512]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from runners.parallel import MULTICAST_OFF, free_port  # noqa: E402
+from runners.presets import PRESETS  # noqa: E402
+
+REPLAYS = 20
+
+
+def step_ms(x: torch.Tensor, calls: int) -> float:
+    """Median over REPLAYS replays of a graph holding `calls` in-place all-reduces of x."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # NCCL's first call on this shape runs outside the capture
+        for _ in range(3):
+            dist.all_reduce(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            dist.all_reduce(x)
+    timed = []
+    for k in range(REPLAYS + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        if k >= 2:
+            timed.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in timed)
+
+
+def worker(rank: int, world: int, port: int, model: str, batches: list[int], out: str) -> None:
+    os.environ.update(MULTICAST_OFF, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    hidden, layers = PRESETS[model]["hidden_size"], PRESETS[model]["num_hidden_layers"]
+    calls = 2 * layers
+    rows = []
+    for batch in batches:
+        x = torch.zeros(batch, hidden, dtype=torch.bfloat16, device="cuda")
+        ms = step_ms(x, calls)
+        rows.append({"batch": batch, "bytes_per_call": x.numel() * x.element_size(), "calls_per_step": calls,
+                     "ms_per_step": ms, "us_per_call": 1e3 * ms / calls})
+    if rank == 0:
+        Path(out).write_text(json.dumps({"model": model, "world": world, "gpu": torch.cuda.get_device_name(0),
+                                         "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+                                         "rows": rows}, indent=1))
+        for r in rows:
+            print(f"batch {r['batch']:>4}: {r['calls_per_step']} all-reduces of {r['bytes_per_call']:>9,} B "
+                  f"= {r['ms_per_step']:.3f} ms/step ({r['us_per_call']:.1f} µs each)")
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model", choices=sorted(PRESETS))
+    parser.add_argument("out")
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--batches", default="1,4,16,64,128,256,512")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    mp.spawn(worker, args=(args.world, free_port(), args.model, batches, args.out), nprocs=args.world)
+
+
+if __name__ == "__main__":
+    main()
