@@ -3,10 +3,13 @@
 A TP=K decode step of a Llama-family model sums two [batch, hidden] bfloat16 tensors per layer over
 the ranks (after o_proj and after down_proj). This captures exactly that many all-reduces of that
 shape in one CUDA graph per batch size, on NCCL with NVLink multicast off (as the runner does), and
-times its replays with CUDA events. The tensor-parallel sweep's `comm_ms_per_step` (the step graph
-minus the same step without all-reduces, runners/engines/fast_tp.py) should agree with it.
+times its replays with CUDA events, twice: back to back, and each after a GPU spin of `--gap-us`
+(the compute between two all-reduces of a step; the spins alone are timed and subtracted). The
+tensor-parallel sweep's `comm_ms_per_step` (the step graph minus the same step without all-reduces,
+runners/engines/fast_tp.py) should agree with the spaced figure: back to back, each all-reduce also
+waits for the previous one's flags to clear on the peer, which a real step's compute hides.
 
-Usage: python3 bench/allreduce_probe.py MODEL OUT.json [--world 2] [--batches 1,16,64,256,512]
+Usage: python3 bench/allreduce_probe.py MODEL OUT.json [--world 2] [--batches 1,16,64] [--gap-us 50]
 """
 from __future__ import annotations
 
@@ -28,8 +31,9 @@ from runners.presets import PRESETS  # noqa: E402
 REPLAYS = 20
 
 
-def step_ms(x: torch.Tensor, calls: int) -> float:
-    """Median over REPLAYS replays of a graph holding `calls` in-place all-reduces of x."""
+def graph_ms(x: torch.Tensor, calls: int, reduce: bool, spin_cycles: int) -> float:
+    """Median over REPLAYS replays of a graph of `calls` × (a spin of spin_cycles, then an in-place
+    all-reduce of x if `reduce`)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # NCCL's first call on this shape runs outside the capture
@@ -40,7 +44,10 @@ def step_ms(x: torch.Tensor, calls: int) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(calls):
-            dist.all_reduce(x)
+            if spin_cycles:
+                torch.cuda._sleep(spin_cycles)
+            if reduce:
+                dist.all_reduce(x)
     timed = []
     for k in range(REPLAYS + 2):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -53,25 +60,40 @@ def step_ms(x: torch.Tensor, calls: int) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in timed)
 
 
-def worker(rank: int, world: int, port: int, model: str, batches: list[int], out: str) -> None:
+def cycles_per_us() -> float:
+    """The spin kernel's clock, measured: a 10 M-cycle spin timed with events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    return 10_000_000 / (start.elapsed_time(end) * 1e3)
+
+
+def worker(rank: int, world: int, port: int, model: str, batches: list[int], gap_us: float, out: str) -> None:
     os.environ.update(MULTICAST_OFF, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     hidden, layers = PRESETS[model]["hidden_size"], PRESETS[model]["num_hidden_layers"]
     calls = 2 * layers
+    spin = int(gap_us * cycles_per_us())
     rows = []
     for batch in batches:
         x = torch.zeros(batch, hidden, dtype=torch.bfloat16, device="cuda")
-        ms = step_ms(x, calls)
+        back_to_back = graph_ms(x, calls, True, 0)
+        spaced = graph_ms(x, calls, True, spin) - graph_ms(x, calls, False, spin)
         rows.append({"batch": batch, "bytes_per_call": x.numel() * x.element_size(), "calls_per_step": calls,
-                     "ms_per_step": ms, "us_per_call": 1e3 * ms / calls})
+                     "ms_per_step": spaced, "ms_per_step_back_to_back": back_to_back, "gap_us": gap_us})
     if rank == 0:
         Path(out).write_text(json.dumps({"model": model, "world": world, "gpu": torch.cuda.get_device_name(0),
                                          "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                                          "rows": rows}, indent=1))
         for r in rows:
-            print(f"batch {r['batch']:>4}: {r['calls_per_step']} all-reduces of {r['bytes_per_call']:>9,} B "
-                  f"= {r['ms_per_step']:.3f} ms/step ({r['us_per_call']:.1f} µs each)")
+            print(f"batch {r['batch']:>4}: {r['calls_per_step']} all-reduces of {r['bytes_per_call']:>9,} B: "
+                  f"{r['ms_per_step']:.3f} ms/step spaced by {gap_us:g} µs, {r['ms_per_step_back_to_back']:.3f} "
+                  f"back to back ({1e3 * r['ms_per_step'] / r['calls_per_step']:.1f} / "
+                  f"{1e3 * r['ms_per_step_back_to_back'] / r['calls_per_step']:.1f} µs each)")
     dist.destroy_process_group()
 
 
@@ -81,9 +103,10 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--batches", default="1,4,16,64,128,256,512")
+    parser.add_argument("--gap-us", type=float, default=50.0, help="GPU time between two all-reduces")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
-    mp.spawn(worker, args=(args.world, free_port(), args.model, batches, args.out), nprocs=args.world)
+    mp.spawn(worker, args=(args.world, free_port(), args.model, batches, args.gap_us, args.out), nprocs=args.world)
 
 
 if __name__ == "__main__":

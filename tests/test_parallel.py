@@ -3,6 +3,7 @@ followers come and go with it, and replicated batches are split and read back co
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 from pathlib import Path
@@ -15,6 +16,8 @@ import torch.multiprocessing as mp
 from runners import parallel
 from runners.engines.base import Batch, Generation
 from runners.engines.fast import FastEngine
+from runners.engines.fast_model import FastDecoder
+from runners.engines.ragged import Chunk, pack
 from runners.fingerprint import summarise_topology
 from runners.metrics.replicated import batch_repeat
 from runners.metrics.static import summarise
@@ -95,6 +98,7 @@ def test_tensor_parallel_world_size_one_on_a_gpu_replays_like_eager(tmp_path):
 
 
 TWO_GPU_MODEL, TWO_GPU_PROMPTS, TWO_GPU_OUTPUTS = "llama-3.2-1b", [64, 17, 200, 5], [32, 32, 32, 32]
+NEAR_TIE_ULPS = 4
 
 
 def _two_gpu_worker(rank: int, world: int, port: int, out: str) -> None:
@@ -113,17 +117,36 @@ def _two_gpu_worker(rank: int, world: int, port: int, out: str) -> None:
     os._exit(0)
 
 
+def _top_gap(loaded, prefix: list[int], chosen: int, other: int) -> tuple[float, float]:
+    """TP=1's logit of `chosen` minus that of `other` after `prefix`, and one bfloat16 step (ulp) at
+    the chosen logit: how near a tie the two tokens were for the single-GPU model."""
+    decoder = FastDecoder(loaded.model, loaded.config)
+    state = decoder.new_state(1, len(prefix) + 1, 1)
+    logits = decoder.prefill(pack([Chunk(0, 0, prefix, emit=len(prefix) - 1)], loaded.device), state)[0].float()
+    top = logits[chosen].item()
+    return top - logits[other].item(), 2.0 ** (math.floor(math.log2(abs(top))) - 7)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_tensor_parallel_on_two_gpus_gives_one_gpus_greedy_tokens(tmp_path):
+    """Equal greedy tokens, except where bfloat16 rounding decides a near-tie: TP=2 sums each row-
+    parallel output from two bfloat16 halves, TP=1 rounds it once, so a token may differ only where
+    TP=1's own top two logits are within NEAR_TIE_ULPS bfloat16 steps; a wrong shard or sum would
+    change tokens that win by a wide margin."""
     mp.spawn(_two_gpu_worker, args=(2, parallel.free_port(), str(tmp_path)), nprocs=2)
     got = json.loads((tmp_path / "tp2.json").read_text())
     loaded = load(TWO_GPU_MODEL, "bfloat16", torch.device("cuda", 0), seed=0)
-    want = FastEngine(loaded).generate(random_batch(loaded.config.vocab_size, TWO_GPU_PROMPTS, TWO_GPU_OUTPUTS,
-                                                    seed=1)).tokens
-    first_difference = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None)
-                        for x, y in zip(got["tokens"], want)]
-    assert got["tokens"] == want, f"first differing position per row: {first_difference}"
+    batch = random_batch(loaded.config.vocab_size, TWO_GPU_PROMPTS, TWO_GPU_OUTPUTS, seed=1)
+    want = FastEngine(loaded).generate(batch).tokens
+    equal = sum(a == b for x, y in zip(got["tokens"], want) for a, b in zip(x, y))
+    print(f"TP=2 vs TP=1 greedy tokens: {equal}/{sum(map(len, want))} equal position by position")
+    for prompt, tp2, tp1 in zip(batch.prompt_ids, got["tokens"], want):
+        first = next((i for i, (a, b) in enumerate(zip(tp2, tp1)) if a != b), None)
+        if first is not None:
+            gap, ulp = _top_gap(loaded, prompt + tp1[:first], tp1[first], tp2[first])
+            print(f"row diverges at token {first}: TP=1 logit gap {gap:.4f} = {gap / ulp:.1f} bf16 steps")
+            assert gap <= NEAR_TIE_ULPS * ulp, f"token {first} differs by a logit margin of {gap / ulp:.1f} bf16 steps"
     assert got["comm_source"] == "cuda_graph_difference" and got["comm_ms_per_step"] > 0 and 0 < got["comm_share"] < 1
 
 
