@@ -3,11 +3,12 @@
 A TP=K decode step of a Llama-family model sums two [batch, hidden] bfloat16 tensors per layer over
 the ranks (after o_proj and after down_proj). This captures exactly that many all-reduces of that
 shape in one CUDA graph per batch size, on NCCL with NVLink multicast off (as the runner does), and
-times its replays with CUDA events, twice: back to back, and each after a GPU spin of `--gap-us`
-(the compute between two all-reduces of a step; the spins alone are timed and subtracted). The
-tensor-parallel sweep's `comm_ms_per_step` (the step graph minus the same step without all-reduces,
-runners/engines/fast_tp.py) should agree with the spaced figure: back to back, each all-reduce also
-waits for the previous one's flags to clear on the peer, which a real step's compute hides.
+times its replays with CUDA events three ways: back to back; each after a one-thread GPU spin of
+`--gap-us`; each after a memory-bound copy over every SM of about `--gap-us` (the compute between two
+all-reduces of a decode step is memory-bound matmuls). Spins and copies alone are timed and
+subtracted. The tensor-parallel sweep's `comm_ms_per_step` (the step graph minus the same step
+without all-reduces, runners/engines/fast_tp.py) is compared with the spaced figures: back to back,
+each all-reduce also waits for the previous one's flags to clear on the peer, which compute hides.
 
 Usage: python3 bench/allreduce_probe.py MODEL OUT.json [--world 2] [--batches 1,16,64] [--gap-us 50]
 """
@@ -31,9 +32,10 @@ from runners.presets import PRESETS  # noqa: E402
 REPLAYS = 20
 
 
-def graph_ms(x: torch.Tensor, calls: int, reduce: bool, spin_cycles: int) -> float:
-    """Median over REPLAYS replays of a graph of `calls` × (a spin of spin_cycles, then an in-place
-    all-reduce of x if `reduce`)."""
+def graph_ms(x: torch.Tensor, calls: int, reduce: bool, spin_cycles: int = 0,
+             copy: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
+    """Median over REPLAYS replays of a graph of `calls` × (a spin of spin_cycles or a copy, then an
+    in-place all-reduce of x if `reduce`)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # NCCL's first call on this shape runs outside the capture
@@ -46,6 +48,8 @@ def graph_ms(x: torch.Tensor, calls: int, reduce: bool, spin_cycles: int) -> flo
         for _ in range(calls):
             if spin_cycles:
                 torch.cuda._sleep(spin_cycles)
+            if copy is not None:
+                copy[0].copy_(copy[1])
             if reduce:
                 dist.all_reduce(x)
     timed = []
@@ -78,22 +82,25 @@ def worker(rank: int, world: int, port: int, model: str, batches: list[int], gap
     hidden, layers = PRESETS[model]["hidden_size"], PRESETS[model]["num_hidden_layers"]
     calls = 2 * layers
     spin = int(gap_us * cycles_per_us())
+    src = torch.empty(int(gap_us * 1e-6 * 2e12), dtype=torch.uint8, device="cuda")  # read + write at ~4 TB/s
+    copy = (torch.empty_like(src), src)
     rows = []
     for batch in batches:
         x = torch.zeros(batch, hidden, dtype=torch.bfloat16, device="cuda")
         back_to_back = graph_ms(x, calls, True, 0)
         spaced = graph_ms(x, calls, True, spin) - graph_ms(x, calls, False, spin)
+        after_copy = graph_ms(x, calls, True, copy=copy) - graph_ms(x, calls, False, copy=copy)
         rows.append({"batch": batch, "bytes_per_call": x.numel() * x.element_size(), "calls_per_step": calls,
-                     "ms_per_step": spaced, "ms_per_step_back_to_back": back_to_back, "gap_us": gap_us})
+                     "ms_per_step": spaced, "ms_per_step_after_copy": after_copy,
+                     "ms_per_step_back_to_back": back_to_back, "gap_us": gap_us})
     if rank == 0:
         Path(out).write_text(json.dumps({"model": model, "world": world, "gpu": torch.cuda.get_device_name(0),
                                          "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
                                          "rows": rows}, indent=1))
         for r in rows:
             print(f"batch {r['batch']:>4}: {r['calls_per_step']} all-reduces of {r['bytes_per_call']:>9,} B: "
-                  f"{r['ms_per_step']:.3f} ms/step spaced by {gap_us:g} µs, {r['ms_per_step_back_to_back']:.3f} "
-                  f"back to back ({1e3 * r['ms_per_step'] / r['calls_per_step']:.1f} / "
-                  f"{1e3 * r['ms_per_step_back_to_back'] / r['calls_per_step']:.1f} µs each)")
+                  f"{r['ms_per_step']:.3f} ms/step after {gap_us:g} µs spins, {r['ms_per_step_after_copy']:.3f} "
+                  f"after copies, {r['ms_per_step_back_to_back']:.3f} back to back")
     dist.destroy_process_group()
 
 
