@@ -99,7 +99,8 @@ def show_results(data: run_view.RunData, progress: dict) -> None:
     if noisy:
         st.warning(plain(noisy), icon=":material/ssid_chart:")
     st.vega_lite_chart(spec=charts.linked_charts(data.table, data.analysis, slo, percentile=percentile,
-                                                 memory_split=data.split, run=data.run.get("name") or run_id),
+                                                 memory_split=data.split, run=data.run.get("name") or run_id,
+                                                 per_gpu=data.per_gpu),
                        width="content")
     st.caption("Hover a point in any chart to highlight it in all of them and read its values. Dashed vertical "
                "rules mark the knee markers and the working point; red rules mark out-of-memory batches.")

@@ -126,18 +126,31 @@ def latency_frame(table: pd.DataFrame, percentile: int = 95, run: str = "",
     return frame[frame["value"] > 0]
 
 
-def utilisation_frame(table: pd.DataFrame, run: str = "", columns: Mapping[str, str] | None = None
-                      ) -> pd.DataFrame:
+def utilisation_frame(table: pd.DataFrame, run: str = "", columns: Mapping[str, str] | None = None,
+                      per_gpu: pd.DataFrame | None = None) -> pd.DataFrame:
     """Long frame of every utilisation metric the run recorded (absent sources are left out), and with
     tensor parallelism the all-reduce's share of the decode step in %, the time no GPU computes.
-    Process CPU % counts 100 per busy core, so it passes 100 on a machine with several."""
+    Process CPU % counts 100 per busy core, so it passes 100 on a machine with several.
+
+    `per_gpu` (Store.gpu_utilisation) holding two or more GPUs replaces the GPU util averaged over
+    them with one line per GPU: a replica that finishes its share early shows as its GPU idling."""
     ok = _ok_points(table)
+    gpus = _per_gpu_rows(ok, per_gpu)
     rows = [pd.DataFrame({"x": ok["x"], "series": label, "value": ok[column]})
             for column, label in (columns or UTILISATION_COLUMNS).items()
-            if column in ok and ok[column].notna().any()]
+            if column in ok and ok[column].notna().any() and not (column == "gpu_util_pct" and gpus)] + gpus
     if columns is None and "comm_share" in ok and ok["comm_share"].notna().any():
         rows.append(pd.DataFrame({"x": ok["x"], "series": COMM_SERIES, "value": 100.0 * ok["comm_share"]}))
     return _finish(rows, run, UNITS["utilisation"])
+
+
+def _per_gpu_rows(ok: pd.DataFrame, per_gpu: pd.DataFrame | None) -> list[pd.DataFrame]:
+    """One (x, series, value) frame per GPU when the run sampled more than one; [] otherwise."""
+    if per_gpu is None or per_gpu["gpu_index"].nunique() < 2 or "point_index" not in ok:
+        return []
+    found = per_gpu.merge(ok[["point_index", "x"]], on="point_index")
+    return [pd.DataFrame({"x": rows["x"], "series": f"{UTILISATION_COLUMNS['gpu_util_pct']}, GPU {gpu}",
+                          "value": rows["gpu_util_pct"]}) for gpu, rows in found.groupby("gpu_index")]
 
 
 def primary_utilisation(table: pd.DataFrame) -> dict[str, str]:
@@ -244,18 +257,20 @@ def label_rows(markers: pd.DataFrame, domain: list[float], width: int = PANEL_WI
 
 
 def linked_charts(table: pd.DataFrame, analysis: Any, slo: Any = None, percentile: int | None = None,
-                  memory_split: pd.DataFrame | None = None, run: str = "") -> dict:
+                  memory_split: pd.DataFrame | None = None, run: str = "", per_gpu: pd.DataFrame | None = None
+                  ) -> dict:
     """The Vega-Lite spec of the linked panels for one run; `table` is the analysed points table.
 
     `percentile` defaults to the SLO's percentile (or P95); `memory_split` is analysis.memory_split's
-    long frame (x, part, bytes); `run` names the run in every tooltip.
+    long frame (x, part, bytes); `run` names the run in every tooltip; `per_gpu` is each GPU's
+    utilisation per point (utilisation_frame).
     """
     percentile = percentile or (slo.percentile if slo is not None else 95)
     split = memory_split if memory_split is not None else pd.DataFrame(columns=["x", "part", "bytes"])
     frames = {
         "throughput": throughput_frame(table, run),
         "latency": latency_frame(table, percentile, run),
-        "utilisation": utilisation_frame(table, run),
+        "utilisation": utilisation_frame(table, run, per_gpu=per_gpu),
         "memory": memory_frame(split, run),
     }
     markers = marker_frame(analysis, table).assign(run=run)  # the run in every row, not in every label

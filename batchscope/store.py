@@ -222,6 +222,13 @@ class Store:
     def samples(self, run_id: str, point_index: int | None = None) -> pd.DataFrame:
         return self._detail("samples", run_id, point_index)
 
+    def gpu_utilisation(self, run_id: str) -> pd.DataFrame:
+        """Each GPU's mean NVML utilisation per point over the samples inside measured repeats (the
+        summary's rule, which averages the GPUs together): point_index, gpu_index, gpu_util_pct."""
+        return self._frame("SELECT point_index, gpu_index, avg(gpu_util_pct) AS gpu_util_pct FROM samples "
+                           "WHERE run_id = ? AND gpu_index IS NOT NULL AND repeat >= 0 "
+                           "GROUP BY point_index, gpu_index ORDER BY point_index, gpu_index", [run_id])
+
     def _detail(self, table: str, run_id: str, point_index: int | None) -> pd.DataFrame:
         if point_index is None:
             return self._frame(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {_DETAIL_ORDER[table]}",

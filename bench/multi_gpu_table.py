@@ -39,11 +39,12 @@ def knee(rows: list[dict]) -> str:
 
 
 def per_gpu(summary: Path) -> dict[str, str]:
-    """Each GPU's mean utilisation and peak used memory over the point's samples, GPU 0 first."""
+    """Each GPU's mean utilisation and peak used memory over the samples inside the point's measured
+    repeats (the summary's rule), GPU 0 first."""
     samples = summary.with_name(summary.name.replace(".summary.", ".samples."))
     if not samples.exists():
         return {}
-    rows = [r for r in pq.read_table(samples).to_pylist() if r.get("gpu_index") is not None]
+    rows = [r for r in pq.read_table(samples).to_pylist() if r.get("gpu_index") is not None and r["repeat"] >= 0]
     gpus = sorted({r["gpu_index"] for r in rows})
     util = [sum(r["gpu_util_pct"] for r in rows if r["gpu_index"] == g) / sum(r["gpu_index"] == g for r in rows) for g in gpus]
     mem = [max(r["mem_used_bytes"] for r in rows if r["gpu_index"] == g) / 2**30 for g in gpus]

@@ -311,6 +311,18 @@ def test_tensor_parallel_runs_show_the_all_reduce_share_beside_utilisation() -> 
     assert charts.COMM_SERIES not in set(charts.utilisation_frame(table, columns={"gpu_util_pct": "GPU"})["series"])
 
 
+def test_a_run_on_two_gpus_draws_each_gpus_utilisation_instead_of_their_mean() -> None:
+    table = summary_table(points=2)
+    per_gpu = pd.DataFrame({"point_index": [0, 0, 1, 1], "gpu_index": [0, 1, 0, 1],
+                            "gpu_util_pct": [95.0, 60.0, 99.0, 97.0]})
+    frame = charts.utilisation_frame(table, per_gpu=per_gpu)
+    assert "GPU util (NVML)" not in set(frame["series"])
+    assert frame[frame["series"] == "GPU util (NVML), GPU 1"][["x", "value"]].values.tolist() == [[1, 60.0], [2, 97.0]]
+    one_gpu = per_gpu[per_gpu["gpu_index"] == 0]
+    assert set(charts.utilisation_frame(table, per_gpu=one_gpu)["series"]) == {"GPU util (NVML)",
+                                                                              "memory-controller util (NVML)"}
+
+
 def test_overlay_marker_labels_name_the_marker_not_the_run_and_say_it_once() -> None:
     tables = {f"a long run label {i}": summary_table(points=6, oom_from=32) for i in range(2)}
     spec = charts.overlay_charts(tables, {k: analyse(t, None, None) for k, t in tables.items()})

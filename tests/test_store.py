@@ -255,3 +255,16 @@ def test_reads_from_many_threads_while_writing(store: Store, tmp_path: Path) -> 
     assert len(store.requests("w29")) == 1
     for counts in counts_by_reader:  # each reader sees committed runs only ever grow
         assert counts == sorted(counts) and counts[-1] <= 30
+
+
+def test_gpu_utilisation_is_each_gpus_mean_over_measured_repeats(store: Store, tmp_path: Path) -> None:
+    store.upsert_run("tp", tmp_path / "tp", _spec(tensor_parallel=2), _status("done"), None, None, None)
+    # GPU 0 at 90 and 70 in repeat 0, GPU 1 at 40; a setup sample (repeat -1) at 0 must not count
+    samples = pa.table({"t_s": [0.0, 0.1, 0.2, 0.2, 0.3], "point_index": pa.array([0] * 5, pa.int32()),
+                        "repeat": pa.array([-1, 0, 0, 0, 0], pa.int32()),
+                        "gpu_index": pa.array([0, 0, 0, 1, 1], pa.int32()),
+                        "gpu_util_pct": [0.0, 90.0, 70.0, 40.0, 40.0]})
+    store.add_point("tp", 0, _summary(1, 50.0), {"samples": samples})
+    got = store.gpu_utilisation("tp")
+    assert got[["point_index", "gpu_index"]].values.tolist() == [[0, 0], [0, 1]]
+    assert got["gpu_util_pct"].tolist() == [80.0, 40.0]

@@ -58,7 +58,7 @@ class RunCache:
                     if found is None:
                         return None
                     self._put(key, found)
-        return RunData(run, found.analysis, found.split)
+        return RunData(run, found.analysis, found.split, found.per_gpu)
 
     def _get(self, key: Hashable) -> RunData | None:
         with self._lock:

@@ -324,6 +324,7 @@ class RunData:
     run: dict[str, Any]
     analysis: Analysis | None
     split: pd.DataFrame
+    per_gpu: pd.DataFrame | None = None  # Store.gpu_utilisation: each GPU's utilisation per point
 
     @property
     def table(self) -> pd.DataFrame:
@@ -339,4 +340,5 @@ def load_run(store: Store, run_id: str, slo: SLO | None) -> RunData | None:
     points = store.points([run_id])
     if points.empty:
         return RunData(run, None, pd.DataFrame(columns=["batch_size", "x", "status", "part", "bytes"]))
-    return RunData(run, analyse(points, run.get("model"), run.get("calibration"), slo), memory_split(points))
+    return RunData(run, analyse(points, run.get("model"), run.get("calibration"), slo), memory_split(points),
+                   store.gpu_utilisation(run_id))
