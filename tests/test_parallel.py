@@ -150,6 +150,15 @@ def test_tensor_parallel_on_two_gpus_gives_one_gpus_greedy_tokens(tmp_path):
     assert got["comm_source"] == "cuda_graph_difference" and got["comm_ms_per_step"] > 0 and 0 < got["comm_share"] < 1
 
 
+@pytest.mark.gpu
+def test_the_default_device_is_a_numbered_gpu_that_ranks_count_from() -> None:
+    """NCCL and torch.cuda.set_device need an index: `auto` and `cuda` are GPU 0, rank r its r-th successor."""
+    from runners import devices
+
+    assert devices.resolve("auto") == devices.resolve("cuda") == torch.device("cuda", 0)
+    assert parallel.rank_device(devices.resolve("auto"), 1) == torch.device("cuda", 1)
+
+
 def _followers(driver_pid: int) -> list[int]:
     """Live follower processes started by this driver (found by their --parent argument)."""
     found = []
