@@ -57,6 +57,8 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--max-num-seqs", type=int, default=8, help="running-batch limit (slots)")
     serve.add_argument("--max-model-len", type=int, default=2048, help="prompt + output tokens one request may hold")
     serve.add_argument("--max-num-batched-tokens", type=int, default=2048, help="per-step token budget")
+    serve.add_argument("--api-key-env", default="", help="an environment variable holding the key every request "
+                                                         "must carry as its bearer token")
     serve.add_argument("--timings", type=Path, help="append each finished request's engine times (JSON lines)")
 
 

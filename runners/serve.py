@@ -6,7 +6,8 @@ engine. Prompts are token ids (a list of ints); text needs a local checkpoint wi
 are greedy and forced to `max_tokens` (no early end), as in every BatchScope sweep; sampling options are
 accepted and ignored. A preset has no tokenizer, so a streamed token's text is its id (" 1234").
 
-`--timings FILE` appends one JSON line per finished request with the engine's own times (perf_counter
+`--api-key-env NAME` makes every request carry `Authorization: Bearer <the variable's value>` (vLLM's
+`--api-key`, with the key kept out of the command line). `--timings FILE` appends one JSON line per finished request with the engine's own times (perf_counter
 seconds, CLOCK_MONOTONIC: one clock for every process of a Linux host) and the request's `user` field,
 so a client on the same host can subtract them from what it saw: that difference is the HTTP overhead.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -187,6 +189,17 @@ class Completions:
         self.timings.flush()
 
 
+def bearer(key: str) -> Any:
+    """Refuse (401) any request without the key as its bearer token."""
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bearer {key}":
+            return error_response(BadRequest("a valid API key is required", 401, "authentication_error"))
+        return await handler(request)
+
+    return check
+
+
 def build(args: argparse.Namespace, timings: TextIO | None) -> tuple[Completions, ContinuousEngine]:
     """Load the model and set the engine up (every shape warmed) before the port opens: a server that
     answers is ready."""
@@ -216,6 +229,10 @@ def main(args: argparse.Namespace) -> int:
     if args.max_num_batched_tokens < args.max_num_seqs:
         print("error: --max-num-batched-tokens must be ≥ --max-num-seqs", file=sys.stderr)
         return 2
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not key:
+        print(f"error: --api-key-env names {args.api_key_env}, which is not set", file=sys.stderr)
+        return 2
     timings = args.timings.open("a") if args.timings else None
     completions, engine = build(args, timings)
 
@@ -227,7 +244,7 @@ def main(args: argparse.Namespace) -> int:
     async def stop(app: web.Application) -> None:
         completions.live.close()
 
-    app = web.Application(client_max_size=64 * 2**20)
+    app = web.Application(client_max_size=64 * 2**20, middlewares=[bearer(key)] if key else [])
     app.router.add_get("/v1/models", completions.models)
     app.router.add_post("/v1/completions", completions.completions)
     app.on_startup.append(start)
