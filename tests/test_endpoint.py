@@ -20,9 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscope.ingest import ingest_run
+from batchscope.jobs import JobManager
 from batchscope.store import Store
 from runners.spec import validate
 from tests.runner_helpers import REPO, read_status, run_runner, runner_cmd
+from tests.test_pages import home, no_traceback, open_page, texts  # noqa: F401 (home is a fixture)
 
 KEY_ENV, KEY = "BATCHSCOPE_TEST_KEY", "sk-test-7c1d0e"
 TINY = ["--model", "tiny", "--dtype", "float32"]
@@ -149,10 +151,13 @@ def test_latencies_equal_the_server_engines_own_within_the_http_overhead(swept: 
     assert abs(statistics.median(overhead["ITL mean"])) < 2.0
 
 
-def test_a_server_killed_mid_point_fails_that_points_requests_and_the_sweep_goes_on(tmp_path: Path) -> None:
-    port, timings = free_port(), tmp_path / "timings.jsonl"
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A concurrency sweep 1, 2, 4 whose server is killed once point 1 has served its first request."""
+    tmp = tmp_path_factory.mktemp("killed")
+    port, timings = free_port(), tmp / "timings.jsonl"
     server = start_server(port, "--max-num-seqs", "4", "--timings", str(timings))
-    out = tmp_path / "killed"
+    out = tmp / "killed-run"
     runner = subprocess.Popen(runner_cmd(out, *endpoint(port, "--concurrency", "1,2,4", "--num-requests", "30",
                                                         "--prompt-len", "fixed:8", "--output-len", "fixed:16",
                                                         "--repeats", "1", "--warmup", "0")),
@@ -167,16 +172,29 @@ def test_a_server_killed_mid_point_fails_that_points_requests_and_the_sweep_goes
     finally:
         stop(server)
         stop(runner)
-    first, killed, after = summaries(out)
+    return out
+
+
+def test_a_server_killed_mid_point_fails_that_points_requests_and_the_sweep_goes_on(killed: Path) -> None:
+    first, hit, after = summaries(killed)
     assert first["status"] == "ok" and first["error"] is None
-    assert killed["status"] == "ok", killed["error"]
-    failed = re.match(r"(\d+) of 30 requests failed: ", killed["error"] or "")
-    assert failed and int(failed[1]) >= 20, killed["error"]
-    assert "connection refused" in killed["error"]
-    requests = pq.read_table(out / "points" / "p0001.requests.parquet").num_rows
-    assert requests == 30 - int(failed[1])
+    assert hit["status"] == "ok", hit["error"]
+    failed = re.match(r"(\d+) of 30 requests failed: ", hit["error"] or "")
+    assert failed and int(failed[1]) >= 20, hit["error"]
+    assert "connection refused" in hit["error"]
+    assert pq.read_table(killed / "points" / "p0001.requests.parquet").num_rows == 30 - int(failed[1])
     assert after["status"] == "error" and "cannot reach" in after["error"]
-    assert read_status(out)["state"] == "done" and read_status(out)["points_done"] == 3
+    assert read_status(killed)["state"] == "done" and read_status(killed)["points_done"] == 3
+
+
+def test_the_run_page_shows_each_points_failed_requests_and_the_server(home, killed: Path) -> None:
+    ingest_run(JobManager.instance(*home).store, killed)
+    at = open_page("app_pages/run.py", run=killed.name)
+    no_traceback(at)
+    captions = texts(at, "caption")
+    assert any(re.fullmatch(r"Concurrency 2: \d+ of 30 requests failed: .*connection refused.*", c) for c in captions), captions
+    assert any(c.startswith("Concurrency 4: Unreachable: cannot reach http://127.0.0.1:") for c in captions), captions
+    assert any(c.startswith("Server http://127.0.0.1:") and "model its first listed" in c for c in captions), captions
 
 
 def test_each_point_restarts_the_server_with_its_knob_and_stops_it_after(tmp_path: Path) -> None:
@@ -196,3 +214,25 @@ def test_each_point_restarts_the_server_with_its_knob_and_stops_it_after(tmp_pat
     assert len(re.findall(r"point \d: server started \(pid \d+\)", (out / "log.txt").read_text())) == 2
     with pytest.raises(OSError):  # the last point's server was stopped with its point
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_new_sweep_asks_for_the_server_and_its_load_and_launches_only_a_valid_one(home) -> None:
+    at = open_page("app_pages/new_sweep.py")
+    at.selectbox(key="engine").set_value("endpoint").run()
+    no_traceback(at)
+    keys = {w.key for kind in ("selectbox", "text_input", "number_input") for w in at.get(kind)}
+    assert "mode" not in keys and "batch_list" not in keys and "max_num_seqs" not in keys  # a server's own limit
+    assert at.text_input(key="url").value == "http://127.0.0.1:8000/v1"  # this host unless told otherwise
+    assert "Memory" in [h.value for h in at.subheader] and "capacity_gib_auto" not in keys
+    at.radio(key="load").set_value("Closed loop").run()
+    at.text_input(key="concurrency").set_value("1,4,16")
+    at.text_input(key="url").set_value("http://gpu-host:8000/v1?x=1").run()
+    assert any(e.startswith("url: ") or "without ?query" in e for e in texts(at, "error")), texts(at, "error")
+    assert at.button(key="launch").disabled
+    at.text_input(key="url").set_value("http://gpu-host:8000/v1")
+    at.text_input(key="server_command").set_value("vllm serve m --max-num-seqs {max_num_seqs}").run()
+    no_traceback(at)
+    at.text_input(key="max_num_seqs").set_value("64,128").run()  # the command takes the knob: it may be listed
+    assert any("only one axis" in e for e in texts(at, "error")), texts(at, "error")  # clients are listed too
+    at.text_input(key="concurrency").set_value("64").run()
+    assert not at.button(key="launch").disabled, texts(at, "error")
