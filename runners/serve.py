@@ -29,6 +29,7 @@ from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.engines.live import LiveEngine
 from runners.scheduler import Request
+from runners.spec import model_context
 
 STOP = object()  # the end of a request's tokens on its queue
 
@@ -228,6 +229,10 @@ def _tokenizer(model: str) -> Any | None:
 def main(args: argparse.Namespace) -> int:
     if args.max_num_batched_tokens < args.max_num_seqs:
         print("error: --max-num-batched-tokens must be ≥ --max-num-seqs", file=sys.stderr)
+        return 2
+    if args.max_model_len > model_context(args.model):
+        print(f"error: --max-model-len {args.max_model_len} is over the model's context {model_context(args.model)}",
+              file=sys.stderr)
         return 2
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not key:

@@ -11,6 +11,7 @@ from runners.engines.sse import CompletionStream, EventParser, token_times
 from runners.metrics.endpoint import endpoint_repeat, summarise
 from runners.spec import points, problems, validate
 from runners.spec.endpoint import server_argv
+from runners.workload import TEXT_WORDS, text_prompt
 
 PIECES = [  # (when the bytes arrived, the bytes): the é is sent as its two UTF-8 bytes
     (0.0, ': a comment line\r\ndata: {"choices":[{"index":0,"text":" caf\xc3\xa9","finish_reason":null}]}\r\n\r\n'),
@@ -136,3 +137,9 @@ def test_a_server_command_becomes_an_argv_per_point_with_no_shell_in_between() -
     assert [(p.axis, p.max_num_seqs, p.batch_size) for p in planned] == [("max_num_seqs", 2, 2), ("max_num_seqs", 8, 8)]
     assert server_argv(spec, planned[1]) == ["vllm", "serve", "m", "--max-num-seqs", "8", "--max-num-batched-tokens",
                                              "512", "--tag", "$(rm -rf ~); 8", "--cfg", '{"a": 1}']
+
+
+def test_a_text_prompt_has_one_word_per_drawn_token_picked_by_its_id() -> None:
+    ids = [0, 1, len(TEXT_WORDS), 2 * len(TEXT_WORDS) + 5]
+    assert text_prompt(ids).split(" ") == [TEXT_WORDS[0], TEXT_WORDS[1], TEXT_WORDS[0], TEXT_WORDS[5]]
+    assert len(set(TEXT_WORDS)) == len(TEXT_WORDS) and all(w.isalpha() and w.islower() for w in TEXT_WORDS)

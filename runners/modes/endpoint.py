@@ -82,7 +82,9 @@ def api_key(spec: SweepSpec) -> str | None:
 
 
 def context(spec: SweepSpec, device: torch.device, folder: RunWriter, sampler: Sampler, stage: Stages) -> PointContext:
-    """The model's facts from its config (no weights), and the run's env and model files."""
+    """The model's facts from its config (no weights), and the run's env and model files; a key variable
+    that is not set fails the sweep here, before any point."""
+    api_key(spec)
     info = models.describe(spec.model, models.model_config(spec.model), spec.dtype)
     labels = f"; server: {spec.server_labels}" if spec.server_labels else ""
     version = f"endpoint {spec.url} model {spec.model_name or '(first listed)'}{labels}"
