@@ -145,11 +145,13 @@ class EndpointClient:
     async def _one(self, session: aiohttp.ClientSession, r: Request, prompt: Any, start: float, user: str) -> Outcome:
         out = Outcome(r.index, r.arrival_s, time.perf_counter() - start)
         stream = CompletionStream()
+        streaming = False  # the server answered 2xx: a connection lost from here on cut a stream short
         try:
             async with session.post(f"{self.url}/completions", json=self._body(prompt, r.output_len, True, user)) as response:
                 if response.status >= 400:
                     out.error, out.detail = f"HTTP {response.status}", await _message(response)
                 else:
+                    streaming = True
                     async for raw in response.content.iter_any():
                         stream.feed(raw, time.perf_counter() - start)
                     out.error, out.detail = stream.failure(), stream.error or ""
@@ -158,10 +160,9 @@ class EndpointClient:
             out.error, out.detail = "connection refused" if refused else "cannot connect", str(err)
         except asyncio.TimeoutError:
             out.error, out.detail = "timeout", f"no complete answer within {self.timeout.total:g} s"
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionResetError) as err:
-            out.error, out.detail = "truncated stream", f"{type(err).__name__}: {err}"
-        except (aiohttp.ClientError, OSError) as err:
-            out.error, out.detail = type(err).__name__, str(err)
+        except (aiohttp.ClientError, OSError) as err:  # reset, disconnected, a payload cut short
+            out.error = "truncated stream" if streaming else "connection lost"
+            out.detail = f"{type(err).__name__}: {err}"
         out.end_s = time.perf_counter() - start
         out.chunk_s = stream.chunk_s
         out.prompt_tokens, out.completion_tokens = stream.count("prompt_tokens"), stream.count("completion_tokens")
