@@ -41,18 +41,29 @@ with model_col:
         st.caption(QUANT_DTYPES[dtype])
     slots["dtype"] = st.empty()
     engine = st.selectbox("Engine", ENGINES, key="engine",
-                          help="hf-generate is plain model.generate(); fast is BatchScope's CUDA-graph engine.")
+                          help="hf-generate is plain model.generate(); fast is BatchScope's CUDA-graph engine; "
+                               "endpoint measures a running OpenAI-compatible server (vLLM, SGLang, TGI, "
+                               "TensorRT-LLM, or python -m runners serve).")
     slots["engine"] = st.empty()
-    mode = st.selectbox("Batching mode", MODES, key="mode",
-                        help="static: fixed batches; continuous: requests arrive and join a running batch "
-                             "(fast engine).")
+    if engine == "endpoint":
+        mode = "endpoint"  # a server is measured under an arrival rate or clients
+        st.caption("The model above names the shapes the server runs: prompts are drawn in its vocabulary and "
+                   "the roofline uses its size.")
+    else:
+        if st.session_state.get("mode") == "endpoint":  # left by an endpoint run opened again
+            st.session_state["mode"] = "static"
+        mode = st.selectbox("Batching mode", [m for m in MODES if m != "endpoint"], key="mode",
+                            help="static: fixed batches; continuous: requests arrive and join a running batch "
+                                 "(fast engine).")
     slots["mode"] = st.empty()
     device = st.selectbox("Device", ["auto", "cuda", "cpu"], key="device",
-                          help="auto uses the GPU when one is visible to the runner, else the CPU.")
+                          help="auto uses the GPU when one is visible to the runner, else the CPU. With the "
+                               "endpoint engine: the GPU whose telemetry is sampled (auto: the first, when the "
+                               "server's URL is this host).")
     slots["device"] = st.empty()
 with batch_col:
     batch_mode, batch_lo, batch_hi, batch_list = "pow2", 1, 1, ""  # unused in continuous mode
-    if mode != "continuous":
+    if mode == "static":
         st.subheader("Batch sizes")
         batch_label = st.radio("Batch range", list(BATCH_MODES.values()), horizontal=True, key="batch_mode")
         batch_mode = next(k for k, v in BATCH_MODES.items() if v == batch_label)
@@ -65,13 +76,38 @@ with batch_col:
         slots["batch_note"] = st.empty()
         slots["batch_sizes"] = st.empty()
     continuous: dict = {}
-    if mode == "continuous":
-        st.subheader("Continuous batching")
+    if mode == "endpoint":
+        st.subheader("Server")
+        continuous["url"] = st.text_input("Base URL", key="url",
+                                          help="The server's OpenAI-compatible API; this host by default.")
+        slots["url"] = st.empty()
+        name_col, key_col = st.columns(2)
+        continuous["model_name"] = name_col.text_input("Served model name", key="model_name",
+                                                       help="As the server's /v1/models lists it; empty: its first.")
+        continuous["api_key_env"] = key_col.text_input(
+            "API key variable", key="api_key_env", placeholder="OPENAI_API_KEY",
+            help="The name of an environment variable the runner reads the key from; the key is never stored.")
+        slots["api_key_env"] = key_col.empty()
+        continuous["server_labels"] = st.text_input(
+            "Server labels", key="server_labels", placeholder="vllm 0.11, max_num_seqs=256, max_num_batched_tokens=8192",
+            help="The server's own knobs and version as you know them: recorded with the run and its fingerprint.")
+        continuous["server_command"] = st.text_input(
+            "Restart command per point (optional)", key="server_command",
+            placeholder="vllm serve meta-llama/Llama-3.1-8B --max-num-seqs {max_num_seqs}",
+            help="Run before each point (as a list of words, never through a shell) and waited for until the URL "
+                 "answers; {max_num_seqs} and {max_num_batched_tokens} become the point's values.")
+        slots["server_command"] = st.empty()
+    if mode in ("continuous", "endpoint"):
+        command = continuous.get("server_command", "")
+        st.subheader("Continuous batching" if mode == "continuous" else "Load")
         st.caption("Sweep exactly one of max_num_seqs, arrival rates or concurrency (a comma list): that is "
-                   "the x axis of the charts.")
-        continuous["max_num_seqs"] = st.text_input("max_num_seqs", key="max_num_seqs",
-                                                   help="Running-batch limit: 8, 1,2,4 or pow2:1:256")
-        slots["max_num_seqs"] = st.empty()
+                   "the x axis of the charts." if mode == "continuous" else
+                   "Sweep arrival rates or concurrency (a comma list), or max_num_seqs through the restart "
+                   "command: that is the x axis of the charts.")
+        if mode == "continuous" or "{max_num_seqs}" in command:
+            continuous["max_num_seqs"] = st.text_input("max_num_seqs", key="max_num_seqs",
+                                                       help="Running-batch limit: 8, 1,2,4 or pow2:1:256")
+            slots["max_num_seqs"] = st.empty()
         load = st.radio("Load", list(LOADS.values()), horizontal=True, key="load")
         continuous["load"] = next(k for k, v in LOADS.items() if v == load)
         if continuous["load"] == "arrival":
@@ -85,10 +121,11 @@ with batch_col:
         continuous["num_requests"] = int(requests_col.number_input("Requests per repeat", min_value=1,
                                                                    key="num_requests"))
         slots["num_requests"] = requests_col.empty()
-        continuous["max_num_batched_tokens"] = int(budget_col.number_input(
-            "Token budget per step", min_value=1, key="max_num_batched_tokens",
-            help="max_num_batched_tokens: prefill chunk tokens + one per decoding sequence"))
-        slots["max_num_batched_tokens"] = budget_col.empty()
+        if mode == "continuous" or "{max_num_batched_tokens}" in command:
+            continuous["max_num_batched_tokens"] = int(budget_col.number_input(
+                "Token budget per step", min_value=1, key="max_num_batched_tokens",
+                help="max_num_batched_tokens: prefill chunk tokens + one per decoding sequence"))
+            slots["max_num_batched_tokens"] = budget_col.empty()
     repeats_col, warmup_col, seed_col = st.columns(3)
     repeats = repeats_col.number_input("Repeats", min_value=1, max_value=50, key="repeats")
     warmup = warmup_col.number_input("Warm-up", min_value=0, max_value=20, key="warmup")
@@ -106,7 +143,7 @@ preview_cols = st.columns(2)
 longest_slot = st.empty()
 
 st.subheader("Latency SLO")
-slo = slo_control("slo", default_on=True, switch="Mark the largest batch that meets a latency SLO" if mode != "continuous"
+slo = slo_control("slo", default_on=True, switch="Mark the largest batch that meets a latency SLO" if mode == "static"
                   else "Mark the largest setting that meets a latency SLO (and count goodput against it)")
 slots["slo"] = st.empty()
 
@@ -122,7 +159,7 @@ for field, message in problems.items():  # plain: a message quoting `uniform:1:1
     (slots.get(field) or slots.get("slo" if field.startswith("slo_") else "") or st).error(
         plain(message), icon=":material/error:")
 blocked = len(problems) + slo_refused("slo")  # the SLO control says its own problem beside its field
-note = sweep_form.batch_note(values) if mode != "continuous" else None
+note = sweep_form.batch_note(values) if mode == "static" else None
 if note:
     slots["batch_note"].caption(note)
 
@@ -137,19 +174,24 @@ for column, (field, label) in zip(preview_cols, (("prompt_len", "Prompt length")
 if drawn:
     longest_slot.caption(sweep_form.longest_request(*drawn, sweep_form.context_of(values, problems)))
 
-st.subheader("Predicted memory per max_num_seqs" if values.mode == "continuous" else "Predicted memory per batch")
-capacity = sweep_form.default_capacity(resources.store().runs(), device)
-capacity_gib = st.number_input("Device memory (GiB)", min_value=0.1, value=round(capacity.bytes / sweep_form.GiB, 1),
-                               step=1.0, key=f"capacity_gib_{device}")
-st.caption(f"Default {capacity.bytes / sweep_form.GiB:,.1f} GiB: {plain(capacity.source)}.")
-estimate = sweep_form.memory_estimate(values, int(capacity_gib * sweep_form.GiB))
-if estimate.error:
-    st.info(plain(estimate.error))
+if values.mode == "endpoint":
+    st.subheader("Memory")
+    st.caption("The server holds the memory, so there is no estimate here; when it runs on this host, the Run page "
+               "shows its GPU's memory.")
 else:
-    shown = tables.rounded(estimate.table)
-    st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
-    for warning in estimate.warnings:
-        st.warning(plain(warning), icon=":material/memory:")
+    st.subheader("Predicted memory per max_num_seqs" if values.mode == "continuous" else "Predicted memory per batch")
+    capacity = sweep_form.default_capacity(resources.store().runs(), device)
+    capacity_gib = st.number_input("Device memory (GiB)", min_value=0.1, value=round(capacity.bytes / sweep_form.GiB, 1),
+                                   step=1.0, key=f"capacity_gib_{device}")
+    st.caption(f"Default {capacity.bytes / sweep_form.GiB:,.1f} GiB: {plain(capacity.source)}.")
+    estimate = sweep_form.memory_estimate(values, int(capacity_gib * sweep_form.GiB))
+    if estimate.error:
+        st.info(plain(estimate.error))
+    else:
+        shown = tables.rounded(estimate.table)
+        st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
+        for warning in estimate.warnings:
+            st.warning(plain(warning), icon=":material/memory:")
 
 launch = st.button("Launch sweep", type="primary", disabled=bool(blocked), key="launch",
                    help="Fix the messages above first." if blocked else "Runs in the background; "

@@ -110,7 +110,8 @@ def show_results(data: run_view.RunData, progress: dict) -> None:
     st.subheader("Every point")
     shown = run_view.points_display(data.table)
     st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
-    for line in run_view.failures(data.table, data.analysis.axis):
+    for line in run_view.failures(data.table, data.analysis.axis) + run_view.request_failures(data.table,
+                                                                                             data.analysis.axis):
         st.caption(plain(line))
     csv_col, parquet_col = st.columns(2)
     csv_col.download_button("Download CSV", run_view.csv_bytes(data.table), file_name=f"{run_id}.csv",

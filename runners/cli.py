@@ -1,4 +1,5 @@
-"""`python -m runners sweep ...`: options on the command line or in `--spec FILE.json`.
+"""`python -m runners sweep ...`: options on the command line or in `--spec FILE.json`;
+`python -m runners serve ...`: an OpenAI-compatible server over the continuous engine (runners.serve).
 
 Every SweepSpec field is a flag (`batch_sizes` → `--batch-sizes`, a field that defaults to on →
 `--no-calibrate`), with the help its declaration carries. Exit codes: 0 done, 1 failed, 2 rejected
@@ -39,7 +40,26 @@ def build_parser() -> argparse.ArgumentParser:
                                help=f"do not {f.metadata['help']}")
         else:
             group.add_argument(f"--{flag}", dest=f.name, help=f.metadata["help"])
+    _serve_parser(sub.add_parser("serve", help="serve one model over an OpenAI-compatible HTTP API (continuous "
+                                                "engine)"))
     return parser
+
+
+def _serve_parser(serve: argparse.ArgumentParser) -> None:
+    """`runners serve` flags, named as vLLM names them so a server command reads the same for both."""
+    serve.add_argument("--model", required=True, help="preset or a local HF checkpoint dir")
+    serve.add_argument("--dtype", default="bfloat16", help="float32, bfloat16, float16, int8, fp8, fp8-dynamic")
+    serve.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    serve.add_argument("--seed", type=int, default=0, help="seeds a preset's random weights")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--served-model-name", default="", help="the name clients ask for (default: --model)")
+    serve.add_argument("--max-num-seqs", type=int, default=8, help="running-batch limit (slots)")
+    serve.add_argument("--max-model-len", type=int, default=2048, help="prompt + output tokens one request may hold")
+    serve.add_argument("--max-num-batched-tokens", type=int, default=2048, help="per-step token budget")
+    serve.add_argument("--api-key-env", default="", help="an environment variable holding the key every request "
+                                                         "must carry as its bearer token")
+    serve.add_argument("--timings", type=Path, help="append each finished request's engine times (JSON lines)")
 
 
 def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -61,6 +81,10 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from runners.serve import main as serve  # torch and aiohttp load only to serve
+
+        return serve(args)
     try:
         spec = validate(_raw_spec(args))
         check_out_dir(args.out)

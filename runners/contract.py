@@ -16,6 +16,7 @@ from typing import IO, Any
 SPEC, STATUS, ENV, MODEL, CALIBRATION, LOG = (
     "spec.json", "status.json", "env.json", "model.json", "calibration.json", "log.txt")
 POINTS = "points"
+SERVER_LOG = "server.log"  # the output of servers an endpoint sweep restarts (docs/run-folder.md)
 APP_WRITTEN = frozenset({SPEC, STATUS})  # what the app may leave in a folder before the runner starts
 TERMINAL_STATES = frozenset({"done", "failed", "cancelled", "interrupted"})
 _SUMMARY_FILE = re.compile(r"^p(\d{4,})\.summary\.parquet$")

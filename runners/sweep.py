@@ -12,7 +12,7 @@ from runners.calibrate import CalibrationError, calibrate
 from runners.engines import make_engine
 from runners.engines.base import Engine
 from runners.engines.group import GroupEngine, local_engine
-from runners.modes import MODES
+from runners.modes import MODES, endpoint
 from runners.modes.context import PointContext, Stages
 from runners.progress import Progress
 from runners.runfolder import RunWriter
@@ -38,7 +38,8 @@ class Sweep:
             self.stage(-1, None, "load")
             if world_size(self.spec) > 1:  # followers load their copy while rank 0 loads its own
                 team = parallel.Team(self.spec, self.device)
-            ctx = self._context(team)
+            ctx = (endpoint.context(self.spec, self.device, self.folder, self.sampler, self.stage)
+                   if self.spec.mode == "endpoint" else self._context(team))
             run_point = MODES[self.spec.mode].run_point
             planned = points(self.spec)
             for index, point in enumerate(planned):
@@ -91,10 +92,14 @@ class Sweep:
 
 
 def run_sweep(spec: SweepSpec, out: Path) -> str:
-    """Validate device + dtype (SpecError before anything is written), then run and return the state."""
-    device = devices.resolve(spec.device)
-    devices.check_dtype(device, spec.dtype)
-    devices.check_ranks(device, world_size(spec), "tensor_parallel" if spec.tensor_parallel > 1 else "replicas")
+    """Validate device + dtype (SpecError before anything is written), then run and return the state. An
+    endpoint sweep's device is the GPU its telemetry samples: nothing runs on it from here."""
+    if spec.mode == "endpoint":
+        device = endpoint.telemetry_device(spec)
+    else:
+        device = devices.resolve(spec.device)
+        devices.check_dtype(device, spec.dtype)
+        devices.check_ranks(device, world_size(spec), "tensor_parallel" if spec.tensor_parallel > 1 else "replicas")
     out.mkdir(parents=True, exist_ok=True)
     contract.write_json(out / contract.SPEC, {**spec.to_dict(), "run_id": out.name, "created_at": contract.timestamp()})
     return Sweep(spec, out, device).run()

@@ -39,6 +39,20 @@ def draw(spec: SweepSpec, size: int, repeat: int, vocab: int, ids: IdSeed) -> Ba
     return Batch(prompt_ids=rows, output_lens=outputs)
 
 
+# Common English words, each one token with its leading space in the Llama 3, Qwen2 and Mistral vocabularies
+TEXT_WORDS = tuple("""the of and to in is for on that with as was at by it from be this are or an have not but
+his they you which one had were all their can has more will been also new other two time some when there
+first about after would its into only most over year may city people than state world such years these
+many between through work part made like under where well school family before during just three life
+group back both each much used way early while since long known day own then house water number name""".split())
+
+
+def text_prompt(ids: list[int]) -> str:
+    """A text prompt of as many words as `ids` has tokens, each word picked by its id: a server that takes
+    only text gets the same workload, within the tokenizer's tolerance (docs/run-folder.md)."""
+    return " ".join(TEXT_WORDS[i % len(TEXT_WORDS)] for i in ids)
+
+
 def arrival_seed(spec: SweepSpec, repeat: int) -> int:
     """Seeds a repeat's Poisson arrival times (runners.scheduler.Arrivals)."""
     return spec.seed * 7919 + repeat

@@ -53,6 +53,12 @@ class SweepForm:
     concurrency: str = "8"
     num_requests: int = 64
     max_num_batched_tokens: int = 2048
+    # engine endpoint (runners/spec/endpoint.py): the load above, sent to a running server
+    url: str = _CLI.url
+    model_name: str = ""
+    api_key_env: str = ""
+    server_labels: str = ""
+    server_command: str = ""
 
     def batch_sizes_text(self) -> str:
         """The batch range as the spec's string: `pow2:LO:HI` or the explicit list."""
@@ -71,11 +77,19 @@ class SweepForm:
         }
 
     def _continuous(self) -> dict[str, Any]:
-        """The continuous options (only in that mode), with the form's SLO as the goodput SLO."""
-        if self.mode != "continuous":
+        """The continuous options (in that mode, and sent to a server in the endpoint mode), with the form's
+        SLO as the goodput SLO."""
+        if self.mode not in ("continuous", "endpoint"):
             return {}
         load = {"arrival": self.arrival} if self.load == "arrival" else {"concurrency": self.concurrency}
         slo = {"slo_metric": self.slo.metric, "slo_ms": self.slo.ms} if self.slo is not None else {}
+        if self.mode == "endpoint":
+            knobs = {k: v for k, v in (("max_num_seqs", self.max_num_seqs),
+                                       ("max_num_batched_tokens", self.max_num_batched_tokens))
+                     if "{" + k + "}" in self.server_command}  # the server's own, unless its command takes them
+            return {**knobs, **load, "num_requests": self.num_requests, "url": self.url.strip(),
+                    "model_name": self.model_name.strip(), "api_key_env": self.api_key_env.strip(),
+                    "server_labels": self.server_labels.strip(), "server_command": self.server_command.strip(), **slo}
         return {"max_num_seqs": self.max_num_seqs, **load, "num_requests": self.num_requests,
                 "max_num_batched_tokens": self.max_num_batched_tokens, **slo}
 
@@ -93,7 +107,7 @@ def check(form: SweepForm) -> dict[str, str]:
 
 def _range_problem(form: SweepForm) -> str | None:
     """A From/To range in the words of its two fields, not the spec's `pow2:LO:HI`."""
-    if form.mode == "continuous" or form.batch_mode != "pow2":
+    if form.mode != "static" or form.batch_mode != "pow2":
         return None
     if form.batch_lo < 1:
         return f"From must be at least 1 (it is {form.batch_lo})"
@@ -136,9 +150,9 @@ def length_preview(text: str, seed: int, n: int = PREVIEW_SAMPLES) -> list[int]:
 def sweep_lengths(form: SweepForm) -> tuple[list[int], list[int]] | None:
     """(prompt, output) lengths of every request the static sweep will draw, warm-up included, in the
     runner's own draw (SweepSpec.request_lengths): the preview then shows what the context check reads.
-    None in continuous mode, or while the batch sizes or lengths are invalid."""
+    None in continuous and endpoint mode, or while the batch sizes or lengths are invalid."""
     sizes = batch_sizes(form)
-    if form.mode == "continuous" or not sizes:
+    if form.mode != "static" or not sizes:
         return None
     spec = SweepSpec(model=form.model, batch_sizes=sizes, prompt_len=form.prompt_len, output_len=form.output_len,
                      repeats=form.repeats, warmup=form.warmup, seed=form.seed)

@@ -32,7 +32,8 @@ def widget_state(form: SweepForm) -> dict[str, Any]:
         "repeats": form.repeats, "warmup": form.warmup, "seed": form.seed, "on_oom": form.on_oom,
         "name": form.name, "max_num_seqs": form.max_num_seqs, "load": LOADS[form.load], "arrival": form.arrival,
         "concurrency": form.concurrency, "num_requests": form.num_requests,
-        "max_num_batched_tokens": form.max_num_batched_tokens,
+        "max_num_batched_tokens": form.max_num_batched_tokens, "url": form.url, "model_name": form.model_name,
+        "api_key_env": form.api_key_env, "server_labels": form.server_labels, "server_command": form.server_command,
         **slo_control.state(SLO_PREFIX, form.slo),
     }
 
@@ -48,7 +49,7 @@ def form_from_spec(spec: dict[str, Any], slo: SLO | None) -> SweepForm:
     defaults = SweepForm()
     sizes = [int(b) for b in spec.get("batch_sizes") or []]
     pow2 = bool(sizes) and all(b & (b - 1) == 0 for b in sizes) and all(b * 2 == c for b, c in zip(sizes, sizes[1:]))
-    continuous = spec.get("mode") == "continuous"
+    continuous = spec.get("mode") in ("continuous", "endpoint")
 
     def listed(key: str, fallback: str) -> str:
         value = spec.get(key)
@@ -68,4 +69,6 @@ def form_from_spec(spec: dict[str, Any], slo: SLO | None) -> SweepForm:
         arrival=spec.get("arrival") or defaults.arrival, concurrency=listed("concurrency", defaults.concurrency),
         num_requests=int(spec.get("num_requests", defaults.num_requests)),
         max_num_batched_tokens=int(spec.get("max_num_batched_tokens", defaults.max_num_batched_tokens)),
+        **{name: str(spec.get(name) or getattr(defaults, name))
+           for name in ("url", "model_name", "api_key_env", "server_labels", "server_command")},
     )

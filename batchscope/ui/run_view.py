@@ -14,8 +14,7 @@ from batchscope.analysis.marker import pct
 from batchscope.analysis.noise import describe_spread
 from batchscope.store import Store
 from batchscope.ui import tables
-from runners.spec.continuous import points as continuous_points
-from runners.spec import SweepSpec
+from runners.spec import SweepSpec, points
 
 LIVE_STATES = frozenset({"queued", "running"})
 GiB = 1024**3
@@ -111,14 +110,14 @@ class ProgressView:
 
 
 def point_labels(spec: dict[str, Any] | None) -> list[str] | None:
-    """What each planned point of a continuous sweep is called along its axis ("arrival rate 4 req/s"),
-    since its batch_size alone (the fixed limit of a rate sweep) would name every point alike; None for
-    a static sweep or a spec this version cannot read."""
-    if not spec or spec.get("mode") != "continuous":
+    """What each planned point of a continuous or endpoint sweep is called along its axis ("arrival rate 4
+    req/s"), since its batch_size alone (the fixed limit of a rate sweep) would name every point alike; None
+    for a static sweep or a spec this version cannot read."""
+    if not spec or spec.get("mode") not in ("continuous", "endpoint"):
         return None
     known = {f.name for f in fields(SweepSpec)}
     try:
-        planned = continuous_points(SweepSpec(**{k: v for k, v in spec.items() if k in known}))
+        planned = points(SweepSpec(**{k: v for k, v in spec.items() if k in known}))
     except (TypeError, ValueError):
         return None
     return [AXES[point.axis].at(point.value) for point in planned]
@@ -200,6 +199,16 @@ def failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
             for row in failed.itertuples()]
 
 
+def request_failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
+    """One line per point that finished with some requests failed (an endpoint's refused connections, HTTP
+    errors, timeouts, truncated streams): "concurrency 64: 3 of 192 requests failed: HTTP 503 ×3 (...)"."""
+    if "error" not in table:
+        return []
+    placed = table.assign(x=sweep_x(table))
+    hit = placed[(placed["status"] == "ok") & placed["error"].notna()].sort_values("x")
+    return [f"{axis.at_start(row.x)}: {row.error}" for row in hit.itertuples()]
+
+
 def timeline_points(table: pd.DataFrame, axis: SweepAxis) -> dict[int, str]:
     """The ok points a step timeline can be drawn for: point index → "batch 64" / "arrival rate 4 req/s"."""
     ok = table[table["status"] == "ok"].assign(x=sweep_x(table)).sort_values("x")
@@ -250,12 +259,18 @@ def workload_lines(spec: dict[str, Any] | None) -> list[str]:
     lines = [f"Prompts {spec.get('prompt_len', '?')} · outputs {spec.get('output_len', '?')} tokens · "
              f"seed {spec.get('seed', 0)}"]
     ahead = f"{warmup} warm-up repeat{'s' if warmup != 1 else ''}, then " if warmup else ""
-    if spec.get("mode") == "continuous":
+    if spec.get("mode") in ("continuous", "endpoint"):
         requests = int(spec.get("num_requests") or 0)
         load = (f"Poisson arrivals {spec['arrival'].removeprefix('poisson:')} req/s" if spec.get("arrival")
                 else f"{_listed(spec.get('concurrency'))} concurrent clients")
         lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''} of {requests} "
                      f"requests ({requests * repeats:,} measured) · {load}")
+        if spec.get("mode") == "endpoint":
+            lines.append(" · ".join(part for part in (
+                f"Server {spec.get('url')} · model {spec.get('model_name') or 'its first listed'}",
+                spec.get("server_labels") and f"labels: {spec['server_labels']}",
+                spec.get("server_command") and f"restarted per point: {spec['server_command']}") if part))
+            return lines
         lines.append(f"max_num_seqs {_listed(spec.get('max_num_seqs'))} · token budget per step "
                      f"{int(spec.get('max_num_batched_tokens') or 0):,} · engine {spec.get('engine')} · "
                      f"device {spec.get('device')}")

@@ -16,7 +16,9 @@ measured step compiles.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -25,7 +27,7 @@ from runners.engines.fast import capture, warm_decode
 from runners.engines.fast_model import DecodeState, FastDecoder
 from runners.engines.ragged import Chunk, pack
 from runners.kv_layout import cache_len
-from runners.scheduler import Arrivals, Request, Scheduler
+from runners.scheduler import Arrivals, Plan, Request, Scheduler
 
 
 def buckets(max_num_seqs: int) -> list[int]:
@@ -58,6 +60,38 @@ class RunResult:
     steps: list[StepRecord]
     admission_waits: int
     tokens: dict[int, list[int]] = field(default_factory=dict)  # request index → ids, when recorded
+
+
+OnStep = Callable[[dict[int, int], list[Request], float], None]  # (ids by request index, finished, now)
+
+
+class Source(Protocol):
+    """Where served requests come from: a seeded workload (Scheduled) or a live server's clients."""
+
+    def arrived(self, now: float) -> list[Request]:
+        """Requests arrived by `now` (seconds from the loop's start), stamped with their arrival."""
+        ...
+
+    def finished(self, r: Request, now: float) -> None: ...
+
+    def wait(self, t0: float) -> bool:
+        """Idle (nothing to run) until a request may have arrived; False when none ever will."""
+        ...
+
+
+class Scheduled:
+    """A workload's Arrivals as a source: the loop sleeps until the next one is due."""
+
+    def __init__(self, arrivals: Arrivals) -> None:
+        self.arrivals = arrivals
+        self.arrived, self.finished = arrivals.arrived, arrivals.finished
+
+    def wait(self, t0: float) -> bool:
+        wake = self.arrivals.next_time()
+        if wake is None:
+            return False
+        _sleep_until(t0 + wake)
+        return True
 
 
 class ContinuousEngine:
@@ -124,45 +158,59 @@ class ContinuousEngine:
     def run(self, prompts: list[list[int]], output_lens: list[int], arrivals: dict, token_budget: int,
             kv_capacity: int, record_tokens: bool = False) -> RunResult:
         """Serve every request; `arrivals` is Arrivals' rate= or concurrency= (and seed=) keywords."""
-        st = self.state
-        st.active.zero_()
         requests = [Request(i, len(p), o) for i, (p, o) in enumerate(zip(prompts, output_lens))]
         if max(r.kv_need for r in requests) > self.max_len:
             raise ValueError(f"a request of {max(r.kv_need for r in requests)} tokens exceeds the "
                              f"cache length {self.max_len}")
-        source = Arrivals(list(requests), **arrivals)
+        tokens: dict[int, list[int]] = {r.index: [] for r in requests} if record_tokens else {}
+
+        def record(made: dict[int, int], finished: list[Request], now: float) -> None:
+            for index, token in made.items():
+                tokens[index].append(token)
+
+        steps, waits = self.serve(Scheduled(Arrivals(list(requests), **arrivals)), prompts, token_budget,
+                                  kv_capacity, record if record_tokens else None)
+        return RunResult(requests, steps, waits, tokens)
+
+    @torch.inference_mode()
+    def serve(self, source: Source, prompts: Mapping[int, list[int]] | list[list[int]], token_budget: int,
+              kv_capacity: int, on_step: OnStep | None = None, t0: float | None = None
+              ) -> tuple[list[StepRecord], int]:
+        """Serve requests from `source` until it says none will come and none is left; `prompts[r.index]`
+        are a request's ids. `on_step(tokens, finished, now)` hears each step's greedy ids by request
+        index (read only when it is given) and the requests it finished. Times count from `t0` (the
+        host's perf_counter; now by default). Returns the steps and the admission waits."""
+        st = self.state
+        st.active.zero_()
         sched = Scheduler(self.slots, token_budget, kv_capacity)
         steps: list[StepRecord] = []
-        tokens: dict[int, list[int]] = {r.index: [] for r in requests} if record_tokens else {}
-        done = 0
-        t0 = time.perf_counter()
-        now = 0.0
-        while done < len(requests):
+        t0, now = (time.perf_counter(), 0.0) if t0 is None else (t0, time.perf_counter() - t0)
+        while True:
             cancel.check()
             for r in source.arrived(now):
                 sched.add(r)
             plan = sched.plan(now)
             if plan.empty:
-                wake = source.next_time()
-                if wake is None:
-                    raise RuntimeError("no request can be admitted and none will arrive (KV capacity too small)")
-                _sleep_until(t0 + wake)
-                now = time.perf_counter() - t0
-                continue
+                if source.wait(t0):
+                    now = time.perf_counter() - t0
+                    continue
+                if sched.idle:
+                    return steps, sched.admission_waits
+                raise RuntimeError("no request can be admitted and none will arrive (KV capacity too small)")
             start = now
             rows = self._decode(plan.decodes)  # the graph runs while the host packs the prefill
             emitted = self._prefill(prompts, plan.prefills)
             self._sync()
             now = time.perf_counter() - t0
-            if record_tokens:
-                self._record(tokens, plan, emitted, rows)
-            for r in sched.commit(plan, now):
+            made = self._tokens(plan, emitted, rows) if on_step is not None else {}
+            finished = sched.commit(plan, now)
+            for r in finished:
                 st.active[r.slot] = 0
                 source.finished(r, now)
-                done += 1
+            if on_step is not None:
+                on_step(made, finished, now)
             steps.append(StepRecord(start, now, plan.prefill_tokens, len(plan.decodes), rows,
                                     len(sched.running), sched.kv_held()))
-        return RunResult(requests, steps, sched.admission_waits, tokens)
 
     def _decode(self, rows: list[Request]) -> int:
         """One decode step over the smallest bucket covering every decoding slot; returns its width."""
@@ -178,7 +226,7 @@ class ContinuousEngine:
             self.decoder.decode_step(view)
         return width
 
-    def _prefill(self, prompts: list[list[int]], prefills: list[tuple[Request, int, int]]
+    def _prefill(self, prompts: Mapping[int, list[int]] | list[list[int]], prefills: list[tuple[Request, int, int]]
                  ) -> tuple[list[int], torch.Tensor] | None:
         """Every chunk of the step in one packed forward; a prompt's last chunk arms its slot for
         decoding. Returns the emitting requests' indices and their logits (read only when recorded)."""
@@ -189,14 +237,14 @@ class ContinuousEngine:
         logits = self.decoder.prefill(pack(chunks, self.device), self.state)
         return [r.index for (r, _, _), c in zip(prefills, chunks) if c.emit is not None], logits
 
-    def _record(self, tokens: dict[int, list[int]], plan, emitted, rows: int) -> None:
-        """Greedy ids per request (tests compare them with the static engine's)."""
+    def _tokens(self, plan: Plan, emitted: tuple[list[int], torch.Tensor] | None, rows: int) -> dict[int, int]:
+        """The step's greedy id per request index (tests compare them with the static engine's; the
+        server streams them)."""
         fed = self.state.out[:rows, 0].tolist() if rows else []
-        for r in plan.decodes:
-            tokens[r.index].append(fed[r.slot])
+        made = {r.index: fed[r.slot] for r in plan.decodes}
         if emitted is not None:
-            for index, tok in zip(emitted[0], emitted[1].argmax(dim=-1).tolist()):
-                tokens[index].append(tok)
+            made.update(zip(emitted[0], emitted[1].argmax(dim=-1).tolist()))
+        return made
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

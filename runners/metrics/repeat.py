@@ -19,7 +19,7 @@ class Repeat:
     itl: list[float]  # every gap between two tokens of one request, in ms
 
 
-def request_row(base: Row, index: int, prompt_len: int, output_len: int, queue_ms: float, ttft_ms: float,
+def request_row(base: Row, index: int, prompt_len: int, output_len: int, queue_ms: float | None, ttft_ms: float,
                 e2e_ms: float, gaps: list[float]) -> Row:
     """A request's row; `gaps` are its inter-token times (none for a one-token request)."""
     return {**base, "request_index": index, "prompt_len": prompt_len, "output_len": output_len,
@@ -27,9 +27,10 @@ def request_row(base: Row, index: int, prompt_len: int, output_len: int, queue_m
             "itl_ms_mean": statistics.fmean(gaps) if gaps else None, "itl_ms_p95": percentile(gaps, 95)}
 
 
-def repeat_row(base: Row, wall_ms: float, prefill_ms: float, decode_ms: float, output_tokens: int,
+def repeat_row(base: Row, wall_ms: float, prefill_ms: float | None, decode_ms: float | None, output_tokens: int,
                input_tokens: int, requests: int) -> Row:
-    """A repeat's totals and its rates over the wall time."""
+    """A repeat's totals and its rates over the wall time (prefill and decode time None where unseen: a
+    server's)."""
     wall_s = wall_ms / 1e3
     return {**base, "wall_ms": wall_ms, "prefill_ms": prefill_ms, "decode_ms": decode_ms,
             "output_tokens": output_tokens, "input_tokens": input_tokens,

@@ -72,11 +72,12 @@ def base(point_index: int, batch_size: int, repeats: Sequence[Repeat], warmup: i
 def _rates(rows: list[Row]) -> dict[str, float]:
     """Rates over a point's repeats: medians, plus the output rate's min–max spread the knee rule reads."""
     tput = [r["output_tokens_per_s"] for r in rows]
+    prefill = [r["input_tokens"] / r["prefill_ms"] * 1000.0 for r in rows if r["prefill_ms"]]  # none: a server's
     return {
         "output_tokens_per_s": statistics.median(tput), "output_tokens_per_s_min": min(tput),
         "output_tokens_per_s_max": max(tput),
         "input_tokens_per_s": statistics.median(r["input_tokens_per_s"] for r in rows),
-        "prefill_tokens_per_s": statistics.median(r["input_tokens"] / r["prefill_ms"] * 1000.0 for r in rows),
+        "prefill_tokens_per_s": statistics.median(prefill) if prefill else None,
         "requests_per_s": statistics.median(r["requests_per_s"] for r in rows),
     }
 

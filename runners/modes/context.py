@@ -79,7 +79,7 @@ class PointContext:
     spec: SweepSpec
     device: torch.device
     info: ModelInfo  # the model's facts as model.json states them (the engine's included)
-    engine: Engine
+    engine: Engine | None  # None for an endpoint: its server runs the model
     folder: RunWriter
     sampler: Sampler
     stage: Stages

@@ -1,7 +1,7 @@
 """The sweep spec, torch-free: what the runner, the CLI and the New sweep form all validate against.
 
-Layout: `sweep` declares every option (SweepSpec) and the request lengths; `static`, `continuous` and
-`parallel` check their options and plan their points; `modes` says which points a spec plans;
+Layout: `sweep` declares every option (SweepSpec) and the request lengths; `static`, `continuous`,
+`endpoint` and `parallel` check their options and plan their points; `modes` says which points a spec plans;
 `validate` turns a raw dict into a SweepSpec or a problem per field.
 """
 from runners.spec.modes import MODES, Point, point_count, points

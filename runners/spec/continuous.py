@@ -72,6 +72,25 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
     """Parse the continuous options into `spec`, recording every problem by field in `found`."""
     if spec.engine != "fast":
         found.setdefault("engine", "continuous mode runs on the fast engine")
+    check_load(spec, values, found)
+    set_whole_numbers(spec, values, (("num_requests", 1), ("max_num_batched_tokens", 1), ("kv_cache_tokens", 0)),
+                      found)
+    if spec.max_num_batched_tokens < max(spec.max_num_seqs):
+        found.setdefault("max_num_batched_tokens", f"max_num_batched_tokens ({spec.max_num_batched_tokens}) "
+                                                   f"must be ≥ max_num_seqs ({max(spec.max_num_seqs)}): every "
+                                                   f"running sequence decodes one token per step")
+    check_slo(spec, values, found)
+    if not {"prompt_len", "output_len", "num_requests", "kv_cache_tokens"} & set(found):
+        longest = longest_request(spec)
+        record(found, "prompt_len", lambda: check_context(longest, context))
+        if spec.kv_cache_tokens and longest > spec.kv_cache_tokens:
+            found.setdefault("kv_cache_tokens", f"kv_cache_tokens ({spec.kv_cache_tokens}) cannot hold the "
+                                                f"longest request ({longest} tokens), which would wait forever")
+
+
+def check_load(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
+    """The batch limit and the load (an arrival rate or clients, one of them given), at most one of them a
+    list: the sweep's axis. Shared with the endpoint mode, whose server takes the same load."""
     seqs = record(found, "max_num_seqs", lambda: _sizes(values.get("max_num_seqs", spec.max_num_seqs), "max_num_seqs"))
     if seqs:
         spec.max_num_seqs = seqs
@@ -91,22 +110,9 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
                                   ("concurrency", len(spec.concurrency))) if n > 1]
     if len(lists) > 1:
         found.setdefault(lists[1], f"only one axis can be swept: {' and '.join(lists)} are both lists")
-    set_whole_numbers(spec, values, (("num_requests", 1), ("max_num_batched_tokens", 1), ("kv_cache_tokens", 0)),
-                      found)
-    if spec.max_num_batched_tokens < max(spec.max_num_seqs):
-        found.setdefault("max_num_batched_tokens", f"max_num_batched_tokens ({spec.max_num_batched_tokens}) "
-                                                   f"must be ≥ max_num_seqs ({max(spec.max_num_seqs)}): every "
-                                                   f"running sequence decodes one token per step")
-    _check_slo(spec, values, found)
-    if not {"prompt_len", "output_len", "num_requests", "kv_cache_tokens"} & set(found):
-        longest = longest_request(spec)
-        record(found, "prompt_len", lambda: check_context(longest, context))
-        if spec.kv_cache_tokens and longest > spec.kv_cache_tokens:
-            found.setdefault("kv_cache_tokens", f"kv_cache_tokens ({spec.kv_cache_tokens}) cannot hold the "
-                                                f"longest request ({longest} tokens), which would wait forever")
 
 
-def _check_slo(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
+def check_slo(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
     if "slo_metric" in values:
         spec.slo_metric = str(values["slo_metric"]).strip()
     if spec.slo_metric not in SLO_METRICS:

@@ -1,6 +1,6 @@
 """The sweep modes the spec knows, and the one place that says which points a spec plans.
 
-Each mode's spec module (static, continuous) gives `points(spec)` and `check(spec, values, found,
+Each mode's spec module (static, continuous, endpoint) gives `points(spec)` and `check(spec, values, found,
 context)`; its runner side is the module of the same name in runners.modes. Torch-free: the app counts
 and names planned points from here.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from runners.spec import continuous, static
+from runners.spec import continuous, endpoint, static
 from runners.spec.sweep import SweepSpec
 
 
@@ -33,7 +33,7 @@ class ModeSpec(Protocol):
     def check(self, spec: SweepSpec, values: dict[str, Any], found: dict[str, str], context: int | None) -> None: ...
 
 
-MODE_SPECS: dict[str, ModeSpec] = {"static": static, "continuous": continuous}
+MODE_SPECS: dict[str, ModeSpec] = {"static": static, "continuous": continuous, "endpoint": endpoint}
 MODES = tuple(MODE_SPECS)
 
 

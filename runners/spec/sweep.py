@@ -18,13 +18,15 @@ from runners.quant_layout import QUANT_DTYPES
 from runners.spec.options import SpecError, option
 
 DTYPES = ("float32", "bfloat16", "float16", *QUANT_DTYPES)
-ENGINES = ("hf-generate", "fast")
+ENGINES = ("hf-generate", "fast", "endpoint")
 ON_OOM = ("stop", "continue")
 DEFAULT_MAX_BATCH_SIZE = 4096
 MIN_TELEMETRY_HZ = 20.0
 SLO_METRICS = ("ttft", "itl", "e2e")
 PARALLEL = "several processes (static mode; one rank per GPU, on CPU processes sharing the host)"
 CONTINUOUS = "continuous mode (one of --max-num-seqs, --arrival, --concurrency may list values to sweep)"
+ENDPOINT = ("endpoint engine (--engine endpoint: requests go to a running OpenAI-compatible server, with the load "
+            "options above; --model names the shapes it serves, for prompt ids and the roofline)")
 
 
 @dataclass
@@ -32,8 +34,9 @@ class SweepSpec:
     model: str = option(help=f"preset ({', '.join(PRESETS)}) or a local HF checkpoint dir")
     dtype: str = option("bfloat16", help="float32, bfloat16, float16, or with --engine fast: fp8, fp8-dynamic, "
                                          "int8 (quantised weights, bfloat16 activations and KV cache)")
-    engine: str = option("hf-generate", help="hf-generate or fast")
-    mode: str = option("static", help="static (default) or continuous (fast engine; options below)")
+    engine: str = option("hf-generate", help="hf-generate, fast, or endpoint (a running server; options below)")
+    mode: str = option("static", help="static (default) or continuous (fast engine; options below); endpoint "
+                                      "(the endpoint engine's, its default)")
     batch_sizes: list[int] = option(factory=lambda: [1, 2, 4, 8], help="1,2,4 or pow2:1:256")
     prompt_len: str = option("fixed:128", help=distributions.SYNTAX)
     output_len: str = option("fixed:32", help="same syntax as --prompt-len")
@@ -67,6 +70,26 @@ class SweepSpec:
     slo_ms: float = option(1000.0, group=CONTINUOUS,
                            help="goodput SLO limit in ms: a request meets it when its metric is at most this "
                                 "(default 1000)")
+    url: str = option("http://127.0.0.1:8000/v1", group=ENDPOINT, help="the server's OpenAI-compatible base URL")
+    model_name: str = option("", group=ENDPOINT,
+                             help="the model to ask the server for, as /v1/models lists it (default: its first)")
+    api_key_env: str = option("", group=ENDPOINT,
+                              help="an environment variable holding the API key, sent as a bearer token (the "
+                                   "key is never stored)")
+    server_labels: str = option("", group=ENDPOINT,
+                                help="the server's own knobs and version as you know them, recorded with the run: "
+                                     "'vllm 0.11, max_num_seqs=256'")
+    server_command: str = option("", group=ENDPOINT,
+                                 help="restart this server before each point and wait until it answers: split "
+                                      "like a shell line, never run by a shell; {max_num_seqs} and "
+                                      "{max_num_batched_tokens} become the point's values, so --max-num-seqs "
+                                      "may list values to sweep")
+    prompt_format: str = option("auto", group=ENDPOINT,
+                                help="auto (token ids where the server takes them, else text), ids or text")
+    request_timeout_s: float = option(600.0, group=ENDPOINT,
+                                      help="a request still unfinished after this many seconds fails (default 600)")
+    ready_timeout_s: float = option(600.0, group=ENDPOINT,
+                                    help="how long a (re)started server may take to answer (default 600)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -52,6 +52,11 @@ def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str,
     if spec.dtype in QUANT_DTYPES and spec.engine in ENGINES and spec.engine not in QUANT_ENGINES:
         found.setdefault("engine", f"dtype {spec.dtype} quantises weights inside the "
                                    f"{' or '.join(QUANT_ENGINES)} engine; {spec.engine} cannot run it")
+    if spec.engine == "endpoint" and "mode" not in values:
+        spec.mode = "endpoint"  # a server is measured under load: the endpoint mode is the engine's own
+    elif (spec.engine == "endpoint") != (spec.mode == "endpoint") and spec.mode in MODES:
+        found.setdefault("mode", "the endpoint engine and the endpoint mode go together: a server is measured "
+                                 "under an arrival rate or clients")
     _check_choice(spec.mode, MODES, "mode", found)
     _check_choice(spec.on_oom, ON_OOM, "on_oom", found)
     if spec.device != "auto" and spec.device != "cpu" and not (spec.device == "cuda" or spec.device.startswith("cuda:")):

@@ -1,0 +1,185 @@
+"""The endpoint engine's client: a workload sent to an OpenAI-compatible server, each request streamed and
+its chunks timed on arrival (DESIGN §3). Arrivals follow runners.scheduler.Arrivals, the in-process
+engine's own: the same seeded Poisson gaps, or clients that send their next request when the last ends.
+
+Every request ends as an Outcome: tokens and their times, or the kind of failure (connection refused,
+HTTP status, timeout, truncated stream, an error inside the stream). Failures are results, never raised:
+the mode counts them per point.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from runners import cancel
+from runners.engines.sse import CompletionStream
+from runners.scheduler import Arrivals, Request
+
+CHECK_S = 0.1  # the dispatcher looks for a cancel at least this often
+DETAIL_CHARS = 200
+
+
+class Unreachable(RuntimeError):
+    """The server did not answer a question the sweep asks outside the measured requests."""
+
+
+@dataclass
+class Outcome:
+    """One request as the client saw it; times in seconds from the repeat's start."""
+
+    index: int
+    arrival_s: float  # when it was due (a closed loop's client sends it the moment its last one ended)
+    sent_s: float
+    end_s: float = 0.0  # the stream's last byte, or the failure
+    chunk_s: list[float] = field(default_factory=list)  # arrival of each token-carrying chunk
+    prompt_tokens: int | None = None  # as the server counted them (usage), None when it did not say
+    completion_tokens: int | None = None
+    error: str | None = None  # the kind of failure: "connection refused", "HTTP 503", "timeout", ...
+    detail: str = ""  # its text, for the point's message
+
+
+@dataclass
+class Served:
+    """A workload sent through the server: every request's outcome, and the repeat's start on the host clock."""
+
+    outcomes: list[Outcome]
+    start: float  # perf_counter seconds
+
+    @property
+    def end_s(self) -> float:
+        return max(o.end_s for o in self.outcomes)
+
+
+class EndpointClient:
+    """Talks to one server's OpenAI-compatible API (`url` is its base, e.g. http://127.0.0.1:8000/v1)."""
+
+    def __init__(self, url: str, model: str, api_key: str | None, request_timeout_s: float) -> None:
+        self.url, self.model = url.rstrip("/"), model
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+
+    def models(self, timeout_s: float = 10.0) -> list[str]:
+        """The model ids the server lists (at least one), or Unreachable."""
+        async def get() -> list[str]:
+            async with aiohttp.ClientSession(headers=self.headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
+                async with s.get(f"{self.url}/models") as response:
+                    if response.status >= 400:
+                        raise Unreachable(f"HTTP {response.status}: {await _message(response)}")
+                    return [m["id"] for m in (await response.json(content_type=None))["data"]]
+
+        try:
+            listed = asyncio.run(get())
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as err:
+            raise Unreachable(f"cannot reach {self.url}/models: {type(err).__name__}: {err}") from None
+        except (ValueError, KeyError, TypeError) as err:
+            raise Unreachable(f"{self.url}/models is not an OpenAI model list: {type(err).__name__}: {err}") from None
+        if not listed:
+            raise Unreachable(f"{self.url}/models lists no model")
+        return listed
+
+    def ready(self) -> bool:
+        """True once the server lists a model."""
+        try:
+            return bool(self.models(timeout_s=5.0))
+        except Unreachable:
+            return False
+
+    def accepts(self, prompt: list[int] | str) -> str | None:
+        """Whether the server completes `prompt` (one token, not streamed): None, or why not."""
+        async def post() -> str | None:
+            async with aiohttp.ClientSession(headers=self.headers, timeout=self.timeout) as s:
+                async with s.post(f"{self.url}/completions", json=self._body(prompt, 1, stream=False)) as response:
+                    return None if response.status < 400 else f"HTTP {response.status}: {await _message(response)}"
+
+        try:
+            return asyncio.run(post())
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as err:
+            raise Unreachable(f"cannot reach {self.url}/completions: {type(err).__name__}: {err}") from None
+
+    def run(self, prompts: list[Any], output_lens: list[int], arrivals: dict, tag: str) -> Served:
+        """Send every request as `arrivals` (Arrivals' rate= or concurrency=, and seed=) schedule them;
+        `tag` names them in the `user` field (tag/index), so a server's own log can be matched."""
+        return asyncio.run(self._run(prompts, output_lens, arrivals, tag))
+
+    async def _run(self, prompts: list[Any], output_lens: list[int], arrivals: dict, tag: str) -> Served:
+        requests = [Request(i, 0, n) for i, n in enumerate(output_lens)]
+        source = Arrivals(list(requests), **arrivals)
+        by_task: dict[asyncio.Task, Request] = {}
+        outcomes: list[Outcome] = []
+        connector = aiohttp.TCPConnector(limit=0)  # the load, not a pool size, sets how many are in flight
+        async with aiohttp.ClientSession(connector=connector, headers=self.headers, timeout=self.timeout) as session:
+            start = time.perf_counter()
+            while len(outcomes) < len(requests):
+                cancel.check()
+                now = time.perf_counter() - start
+                for r in source.arrived(now):
+                    task = asyncio.create_task(self._one(session, r, prompts[r.index], start, f"{tag}/{r.index}"))
+                    by_task[task] = r
+                due = source.next_time()
+                wait = CHECK_S if due is None else min(CHECK_S, max(0.0, due - (time.perf_counter() - start)))
+                if not by_task:
+                    await asyncio.sleep(wait)
+                    continue
+                finished, _ = await asyncio.wait(by_task, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                for task in finished:
+                    outcome = task.result()
+                    outcomes.append(outcome)
+                    source.finished(by_task.pop(task), outcome.end_s)
+        return Served(sorted(outcomes, key=lambda o: o.index), start)
+
+    def _body(self, prompt: list[int] | str, max_tokens: int, stream: bool, user: str | None = None) -> dict[str, Any]:
+        """Greedy, forced to max_tokens (ignore_eos, which vLLM, SGLang and TensorRT-LLM honour), usage asked for."""
+        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+                                "ignore_eos": True, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if user is not None:
+            body["user"] = user
+        return body
+
+    async def _one(self, session: aiohttp.ClientSession, r: Request, prompt: Any, start: float, user: str) -> Outcome:
+        out = Outcome(r.index, r.arrival_s, time.perf_counter() - start)
+        stream = CompletionStream()
+        streaming = False  # the server answered 2xx: a connection lost from here on cut a stream short
+        try:
+            async with session.post(f"{self.url}/completions", json=self._body(prompt, r.output_len, True, user)) as response:
+                if response.status >= 400:
+                    out.error, out.detail = f"HTTP {response.status}", await _message(response)
+                else:
+                    streaming = True
+                    async for raw in response.content.iter_any():
+                        stream.feed(raw, time.perf_counter() - start)
+                    out.error, out.detail = stream.failure(), stream.error or ""
+        except aiohttp.ClientConnectorError as err:
+            refused = err.os_error is not None and err.os_error.errno == errno.ECONNREFUSED
+            out.error, out.detail = "connection refused" if refused else "cannot connect", str(err)
+        except asyncio.TimeoutError:
+            out.error, out.detail = "timeout", f"no complete answer within {self.timeout.total:g} s"
+        except (aiohttp.ClientError, OSError) as err:  # reset, disconnected, a payload cut short
+            out.error = "truncated stream" if streaming else "connection lost"
+            out.detail = f"{type(err).__name__}: {err}"
+        out.end_s = time.perf_counter() - start
+        out.chunk_s = stream.chunk_s
+        out.prompt_tokens, out.completion_tokens = stream.count("prompt_tokens"), stream.count("completion_tokens")
+        out.detail = out.detail[:DETAIL_CHARS]
+        return out
+
+
+async def _message(response: aiohttp.ClientResponse) -> str:
+    """An error response's message (OpenAI's {"error": {"message"}} or the body's first line)."""
+    text = await response.text()
+    try:
+        body = await response.json(content_type=None)
+        err = body.get("error") if isinstance(body, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:DETAIL_CHARS]
+        if isinstance(body, dict) and body.get("message"):
+            return str(body["message"])[:DETAIL_CHARS]
+    except ValueError:
+        pass
+    return (text.strip().splitlines() or [""])[0][:DETAIL_CHARS]

@@ -1,0 +1,79 @@
+"""Endpoint metrics: request and repeat rows from what the client saw of each streamed request, and the
+point's summary (the base summary, goodput, requests in flight, and its failed requests counted).
+
+A server's steps are not visible from outside, so an endpoint point has no step rows; its latencies are
+the client's, from each request's arrival to the chunks' arrival, so they include the HTTP path.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runners.engines.endpoint import Served
+from runners.engines.sse import token_times
+from runners.metrics import summary
+from runners.metrics.repeat import Repeat, repeat_row, request_row
+
+
+@dataclass
+class EndpointRepeat(Repeat):
+    goodput_rps: float  # requests that finished and met the SLO ÷ wall time
+    in_flight: float  # mean requests in flight: their summed time from send to end ÷ wall time
+    sent: int
+    failed: Counter  # failure kind → requests
+    first_failure: str | None  # the first failed request's kind and text
+
+
+def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Served, prompt_lens: list[int],
+                    slo_metric: str, slo_ms: float) -> EndpointRepeat:
+    """One repeat as rows. A request's lengths are the server's counts (usage) where it gave them, else the
+    drawn prompt and the chunks received. Raises RuntimeError when no request of the repeat finished."""
+    base = {"point_index": point_index, "repeat": repeat, "batch_size": batch_size}
+    rows, itl = [], []
+    met = 0
+    failed: Counter = Counter(o.error for o in served.outcomes if o.error is not None)
+    first = next((f"{o.error}: {o.detail}" if o.detail else o.error for o in served.outcomes if o.error), None)
+    for o in served.outcomes:
+        if o.error is not None:
+            continue
+        tokens = o.completion_tokens or len(o.chunk_s)
+        ms = [t * 1e3 for t in token_times(o.chunk_s, tokens)]
+        gaps = [b - a for a, b in zip(ms, ms[1:])]
+        itl.extend(gaps)
+        arrival = o.arrival_s * 1e3
+        prompt = o.prompt_tokens if o.prompt_tokens is not None else prompt_lens[o.index]
+        row = request_row(base, o.index, prompt, tokens, None, ms[0] - arrival, ms[-1] - arrival, gaps)
+        value = row["itl_ms_mean"] if slo_metric == "itl" else row[f"{slo_metric}_ms"]
+        met += value is None or value <= slo_ms
+        rows.append(row)
+    if not rows:
+        raise RuntimeError(f"all {len(served.outcomes)} requests failed: {failure_text(failed, len(served.outcomes), first)}")
+    wall_ms = served.end_s * 1e3
+    row = repeat_row(base, wall_ms, None, None, sum(r["output_len"] for r in rows), sum(r["prompt_len"] for r in rows),
+                     len(rows))
+    in_flight = sum(o.end_s - o.sent_s for o in served.outcomes) / served.end_s
+    return EndpointRepeat(rows, [], row, itl, met / (wall_ms / 1e3), in_flight, len(served.outcomes), failed, first)
+
+
+def failure_text(failed: Counter, sent: int, first: str | None) -> str:
+    """`3 of 192 requests failed: HTTP 500 ×2, timeout ×1 (first: HTTP 500: ...)`."""
+    kinds = ", ".join(f"{kind} ×{n}" for kind, n in failed.most_common())
+    return f"{sum(failed.values())} of {sent} requests failed: {kinds}" + (f" (first: {first})" if first else "")
+
+
+def summarise(point_index: int, batch_size: int, repeats: Sequence[EndpointRepeat], warmup: int, slo_metric: str,
+              slo_ms: float) -> summary.Summary:
+    """The base summary over the finished requests; `error` counts the measured repeats' failed requests
+    (the point is still ok: the server answered the rest)."""
+    out = summary.base(point_index, batch_size, repeats, warmup, "perf_counter")
+    failed: Counter = sum((rep.failed for rep in repeats), Counter())
+    first = next((rep.first_failure for rep in repeats if rep.first_failure), None)
+    out.update(
+        outlier_steps=None,  # the server's steps are not seen from outside
+        active_seqs_mean=statistics.fmean(rep.in_flight for rep in repeats),
+        goodput_rps=statistics.median(rep.goodput_rps for rep in repeats),
+        goodput_slo=f"{slo_metric}<={slo_ms:g}ms",
+        error=failure_text(failed, sum(rep.sent for rep in repeats), first) if failed else None)
+    return out

@@ -1,0 +1,176 @@
+"""The endpoint mode: every point sends the continuous mode's seeded workload to a running
+OpenAI-compatible server, by arrival rate or clients, and measures what comes back (DESIGN §3).
+
+No model is loaded here: the spec's model names the shapes the server runs (prompt ids are drawn in its
+vocabulary; its facts feed the roofline). Telemetry samples a local GPU through NVML when the server runs
+on this host. A point may restart the server from the user's command; failed requests are counted, and a
+point whose server answers nothing is an error, never the end of the sweep.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import statistics
+import time
+from urllib.parse import urlsplit
+
+import torch
+
+from runners import contract, devices, fingerprint, models, workload
+from runners.engines.endpoint import EndpointClient
+from runners.engines.server_command import ServerProcess
+from runners.metrics.endpoint import EndpointRepeat, endpoint_repeat, summarise
+from runners.metrics.summary import Summary
+from runners.metrics.utilisation import Window
+from runners.modes.context import PointContext, Stages
+from runners.runfolder import RunWriter
+from runners.spec import SweepSpec
+from runners.spec.endpoint import EndpointPoint, server_argv
+from runners.telemetry import Sampler
+
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
+
+
+def run_point(ctx: PointContext, index: int, point: EndpointPoint) -> Summary:
+    """Setup (the server's restart and the prompt-format probe), warm-up and measured repeats under the
+    failure guard; no memory split, since the memory is the server's (its GPU's is in the samples)."""
+    work = EndpointRun(ctx, index, point)
+    repeats: list[EndpointRepeat] = []
+    windows: list[Window] = []
+    setup_s = 0.0
+
+    def measure() -> Summary:
+        nonlocal setup_s
+        ctx.stage(index, point.batch_size, "setup")
+        setup_s = work.setup()
+        for repeat in ctx.spec.repeat_indices():
+            ctx.stage(index, point.batch_size, "warmup" if repeat < 0 else "measure", max(repeat, 0))
+            result, window = work.repeat(repeat)
+            if repeat >= 0:
+                repeats.append(result)
+                windows.append(window)
+        return work.summarise(repeats)
+
+    summary = ctx.measure(index, point.batch_size, measure, work.release)
+    summary.update(setup_ms=setup_s * 1000.0, **work.columns)
+    return ctx.write(index, point, summary, repeats, windows, work.done)
+
+
+def is_local(url: str) -> bool:
+    """Whether the server's host is this machine (so its GPU can be sampled)."""
+    host = urlsplit(url).hostname or ""
+    return host in LOCAL_HOSTS or host.startswith("127.") or host in (socket.gethostname(), socket.getfqdn())
+
+
+def telemetry_device(spec: SweepSpec) -> torch.device:
+    """The GPU to sample: the one named, or with auto the first GPU when the server is local; else the CPU
+    (this process only)."""
+    if spec.device == "auto":
+        return torch.device("cuda", 0) if torch.cuda.is_available() and is_local(spec.url) else torch.device("cpu")
+    return devices.resolve(spec.device)
+
+
+def api_key(spec: SweepSpec) -> str | None:
+    """The key from the environment variable the spec names (the key itself is never written anywhere)."""
+    if not spec.api_key_env:
+        return None
+    key = os.environ.get(spec.api_key_env)
+    if not key:
+        raise RuntimeError(f"api_key_env names {spec.api_key_env}, which is not set in the runner's environment")
+    return key
+
+
+def context(spec: SweepSpec, device: torch.device, folder: RunWriter, sampler: Sampler, stage: Stages) -> PointContext:
+    """The model's facts from its config (no weights), and the run's env and model files; a key variable
+    that is not set fails the sweep here, before any point."""
+    api_key(spec)
+    info = models.describe(spec.model, models.model_config(spec.model), spec.dtype)
+    labels = f"; server: {spec.server_labels}" if spec.server_labels else ""
+    version = f"endpoint {spec.url} model {spec.model_name or '(first listed)'}{labels}"
+    folder.write_json(contract.ENV, fingerprint.collect(device, version))
+    folder.write_json(contract.MODEL, dataclasses.asdict(info))
+    folder.log(f"endpoint {spec.url}: prompts in the shapes of {info.name} (vocab {info.vocab:,}); "
+               f"telemetry on {device}{labels}; no calibration (the server's device is not this process's)")
+    return PointContext(spec, torch.device("cpu"), info, None, folder, sampler, stage)
+
+
+class EndpointRun:
+    """One point's server (restarted when the spec has a command) and client."""
+
+    def __init__(self, ctx: PointContext, index: int, point: EndpointPoint) -> None:
+        spec = ctx.spec
+        self.ctx, self.index, self.point = ctx, index, point
+        self.work = {r: workload.draw(spec, spec.num_requests, r, ctx.info.vocab, workload.CONTINUOUS)
+                     for r in spec.repeat_indices()}
+        self.arrivals = (dict(rate=point.arrival_rate) if point.arrival_rate is not None
+                         else dict(concurrency=point.concurrency))
+        self.client = EndpointClient(spec.url, spec.model_name, api_key(spec), spec.request_timeout_s)
+        self.server = (ServerProcess(server_argv(spec, point), ctx.folder.root / contract.SERVER_LOG)
+                       if spec.server_command else None)
+        self.text = False  # prompts go as text: the server refused token ids
+        self.columns = {"sweep_axis": point.axis, "sweep_value": point.value, "max_num_seqs": point.max_num_seqs,
+                        "arrival_rate": point.arrival_rate, "concurrency": point.concurrency}
+
+    def setup(self) -> float:
+        """Restart the server (when the spec has a command) and wait for it, find the model, and learn
+        whether it takes token ids; the seconds it took are setup, never inside a latency."""
+        spec, log = self.ctx.spec, self.ctx.folder.log
+        start = time.perf_counter()
+        if self.server is not None:
+            try:
+                self.server.start(self.client.ready, spec.ready_timeout_s)
+            except OSError as err:
+                raise RuntimeError(f"cannot start the server command: {err}") from None
+            log(f"point {self.index}: server started (pid {self.server.pid}): {' '.join(self.server.argv)}")
+        listed = self.client.models()
+        if spec.model_name and spec.model_name not in listed:
+            raise RuntimeError(f"the server does not serve {spec.model_name!r}; it lists {', '.join(listed)}")
+        self.client.model = spec.model_name or listed[0]
+        self.text = self._text_prompts()
+        return time.perf_counter() - start
+
+    def _text_prompts(self) -> bool:
+        """Token ids where the server takes them (exact lengths), else text; as the spec's prompt_format says."""
+        spec = self.ctx.spec
+        sample = self.work[min(self.work)].prompt_ids[0][:8]
+        if spec.prompt_format != "text":
+            refused = self.client.accepts(sample)
+            if refused is None:
+                return False
+            if spec.prompt_format == "ids":
+                raise RuntimeError(f"the server refused a prompt of token ids: {refused}")
+            self.ctx.folder.log(f"point {self.index}: the server refused token ids ({refused}); prompts go as text")
+        refused = self.client.accepts(workload.text_prompt(sample))
+        if refused is not None:
+            raise RuntimeError(f"the server refused a text prompt: {refused}")
+        return True
+
+    def repeat(self, repeat: int) -> tuple[EndpointRepeat, Window]:
+        spec, batch = self.ctx.spec, self.work[repeat]
+        prompts = [workload.text_prompt(p) for p in batch.prompt_ids] if self.text else batch.prompt_ids
+        served = self.client.run(prompts, batch.output_lens, {**self.arrivals, "seed": workload.arrival_seed(spec, repeat)},
+                                 f"{self.ctx.folder.root.name}/p{self.index}/r{repeat}")
+        # the server's phases are not seen from here, so a measured repeat's samples are all tagged decode
+        window = Window(repeat, served.start, served.start, served.start + served.end_s)
+        return endpoint_repeat(self.index, repeat, self.point.batch_size, served, batch.prompt_lens, spec.slo_metric,
+                               spec.slo_ms), window
+
+    def summarise(self, repeats: list[EndpointRepeat]) -> Summary:
+        spec = self.ctx.spec
+        return summarise(self.index, self.point.batch_size, repeats, spec.warmup, spec.slo_metric, spec.slo_ms)
+
+    def release(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def done(self, summary: Summary) -> str:
+        line = (f"{summary['output_tokens_per_s']:.1f} out tok/s, goodput {summary['goodput_rps']:.2f} req/s, "
+                f"{summary['active_seqs_mean']:.1f} requests in flight")
+        if self.text:
+            drawn = statistics.fmean(n for r, b in self.work.items() if r >= 0 for n in b.prompt_lens)
+            line += (f"; prompts sent as text: the server counted {summary['prompt_len_mean']:.1f} tokens a prompt "
+                     f"for {drawn:.1f} words")
+        if summary["error"]:
+            line += f"; {summary['error']}"
+        return line

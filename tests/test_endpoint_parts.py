@@ -1,0 +1,145 @@
+"""The endpoint engine's pure parts, on hand-written input with hand-checked answers: server-sent events,
+completion chunks, token times, a repeat's rows with its failed requests counted, and the spec."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from runners.engines.endpoint import Outcome, Served
+from runners.engines.sse import CompletionStream, EventParser, token_times
+from runners.metrics.endpoint import endpoint_repeat, summarise
+from runners.spec import points, problems, validate
+from runners.spec.endpoint import server_argv
+from runners.workload import TEXT_WORDS, text_prompt
+
+PIECES = [  # (when the bytes arrived, the bytes): the é is sent as its two UTF-8 bytes
+    (0.0, ': a comment line\r\ndata: {"choices":[{"index":0,"text":" caf\xc3\xa9","finish_reason":null}]}\r\n\r\n'),
+    (1.0, 'event: completion\ndata: {"choices":[{"index":0,"text":"","finish_reason":null}]}\n\n'),
+    (2.0, 'data: {"choices":[{"index":0,"text":" 3","finish_reason":"length"}]}\r\r'
+          'data: {"choices":[{"index":0,"text":"","finish_reason":"length"}]}\n\n'),
+    (3.0, 'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}\n\n'),
+    (4.0, 'data: [DONE]\n\n'),
+]
+STREAM = "".join(text for _, text in PIECES).encode("latin-1")
+
+
+def test_events_survive_any_split_of_the_bytes_even_inside_a_character() -> None:
+    whole = EventParser().feed(STREAM)
+    parser = EventParser()
+    one_by_one = [event for i in range(len(STREAM)) for event in parser.feed(STREAM[i:i + 1])]
+    assert one_by_one == whole
+    assert len(whole) == 6 and whole[-1] == "[DONE]"
+    assert '" café"' in whole[0]  # the comment and the event: field are not data
+    assert EventParser().feed(b"data: a\ndata: b\n\ndata: unfinished\n") == ["a\nb"]  # lines join; no blank, no event
+
+
+def test_a_stream_counts_token_chunks_and_times_each_when_its_bytes_arrived() -> None:
+    stream = CompletionStream()
+    for t, text in PIECES:
+        stream.feed(text.encode("latin-1"), t)
+    # the " café" chunk at t=0, the empty-text token at 1 (a detokenizer holding back bytes), " 3" and its
+    # empty closing chunk together at t=2 (only the first counts), usage at 3, [DONE] at 4
+    assert stream.chunk_s == [0.0, 1.0, 2.0]
+    assert (stream.count("prompt_tokens"), stream.count("completion_tokens")) == (5, 3)
+    assert stream.failure() is None
+
+
+@pytest.mark.parametrize("tail, failure", [
+    (b"", "truncated stream"),  # no [DONE]: the connection ended early
+    (b'data: {"error":{"message":"engine died"}}\n\ndata: [DONE]\n\n', "server error in stream"),
+    (b"data: [DONE]\n\n", "no tokens"),
+])
+def test_a_stream_that_is_not_a_whole_completion_says_why(tail: bytes, failure: str) -> None:
+    stream = CompletionStream()
+    stream.feed((b'data: {"choices":[{"text":" a"}]}\n\n' if failure != "no tokens" else b"") + tail, 0.0)
+    assert stream.failure() == failure
+
+
+def test_token_times_are_the_chunks_or_spread_when_a_chunk_carried_several() -> None:
+    assert token_times([1.0, 2.0, 4.0], 3) == [1.0, 2.0, 4.0]
+    assert token_times([1.0, 4.0], 4) == [1.0, 2.0, 3.0, 4.0]  # 2 chunks, 4 tokens: evenly from first to last
+    assert token_times([1.0], 1) == [1.0]
+
+
+def outcome(index: int, arrival: float, sent: float, chunks: list[float], error: str | None = None,
+            usage: tuple[int, int] | None = None) -> Outcome:
+    o = Outcome(index, arrival, sent, end_s=(chunks[-1] if chunks else sent) + 0.001, chunk_s=chunks, error=error,
+                detail="refused by 127.0.0.1:1" if error == "connection refused" else "")
+    if usage:
+        o.prompt_tokens, o.completion_tokens = usage
+    return o
+
+
+def test_a_repeat_keeps_finished_requests_and_counts_the_failed_ones_by_kind() -> None:
+    served = Served([
+        outcome(0, 0.0, 0.0, [0.100, 0.110, 0.130], usage=(7, 3)),  # TTFT 100 ms, gaps 10 and 20 ms
+        outcome(1, 0.050, 0.051, [0.450, 0.460]),  # no usage: the drawn prompt, 2 chunks; TTFT 400 ms
+        outcome(2, 0.060, 0.060, [], error="connection refused"),
+        outcome(3, 0.070, 0.070, [0.200], error="truncated stream"),
+    ], start=100.0)
+    rep = endpoint_repeat(4, 0, 2, served, [9, 11, 13, 15], "ttft", 300.0)
+    rows = {r["request_index"]: r for r in rep.requests}
+    assert sorted(rows) == [0, 1]
+    assert rows[0]["prompt_len"] == 7 and rows[0]["output_len"] == 3
+    assert rows[1]["prompt_len"] == 11 and rows[1]["output_len"] == 2
+    assert rows[0]["ttft_ms"] == pytest.approx(100.0) and rows[1]["ttft_ms"] == pytest.approx(400.0)
+    assert rows[0]["e2e_ms"] == pytest.approx(130.0) and rows[0]["queue_ms"] is None
+    assert sorted(rep.itl) == pytest.approx([10.0, 10.0, 20.0])
+    assert rep.failed == Counter({"connection refused": 1, "truncated stream": 1}) and rep.sent == 4
+    wall_s = 0.461  # the last byte of request 1
+    assert rep.row["wall_ms"] == pytest.approx(wall_s * 1e3)
+    assert rep.row["output_tokens"] == 5 and rep.row["requests_per_s"] == pytest.approx(2 / wall_s)
+    assert rep.goodput_rps == pytest.approx(1 / wall_s)  # only request 0 met TTFT ≤ 300 ms
+    in_flight = (0.131 - 0.0) + (0.461 - 0.051) + (0.061 - 0.060) + (0.201 - 0.070)
+    assert rep.in_flight == pytest.approx(in_flight / wall_s)
+    out = summarise(4, 2, [rep, rep], 1, "ttft", 300.0)
+    assert out["status"] == "ok" and out["outlier_steps"] is None and out["prefill_tokens_per_s"] is None
+    assert out["error"] == ("4 of 8 requests failed: connection refused ×2, truncated stream ×2 "
+                            "(first: connection refused: refused by 127.0.0.1:1)")
+    assert out["ttft_ms_p50"] == pytest.approx(250.0)
+
+
+def test_a_repeat_with_no_finished_request_is_an_error() -> None:
+    served = Served([outcome(0, 0.0, 0.0, [], error="HTTP 503"), outcome(1, 0.0, 0.0, [], error="HTTP 503")], 0.0)
+    with pytest.raises(RuntimeError, match=r"all 2 requests failed: 2 of 2 requests failed: HTTP 503 ×2"):
+        endpoint_repeat(0, 0, 1, served, [4, 4], "ttft", 1000.0)
+
+
+def test_the_endpoint_engine_takes_the_endpoint_mode_and_sweeps_the_load() -> None:
+    spec = validate({"model": "tiny", "engine": "endpoint", "arrival": "poisson:1,2"})
+    assert spec.mode == "endpoint" and spec.url == "http://127.0.0.1:8000/v1"
+    assert [(p.axis, p.value, p.batch_size) for p in points(spec)] == [("arrival_rate", 1.0, 0), ("arrival_rate", 2.0, 0)]
+    assert "mode" in problems({"model": "tiny", "engine": "endpoint", "mode": "continuous", "concurrency": 2})
+    assert "engine" in problems({"model": "tiny", "engine": "fast", "mode": "endpoint", "concurrency": 2})
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"url": "ftp://host/v1"}, "url"),
+    ({"url": "http://me:secret@host:8000/v1"}, "url"),  # a key goes through api_key_env, never the URL
+    ({"api_key_env": "sk-abc123"}, "api_key_env"),
+    ({"max_num_seqs": "8,16"}, "max_num_seqs"),  # only a restarted server takes a new limit
+    ({"server_command": "vllm serve m --max-num-seqs {max_seqs}"}, "server_command"),
+    ({"server_command": "vllm serve 'unclosed"}, "server_command"),
+    ({"prompt_format": "tokens"}, "prompt_format"),
+    ({"request_timeout_s": 0}, "request_timeout_s"),
+])
+def test_bad_endpoint_options_are_named_by_their_field(changes: dict, field: str) -> None:
+    assert field in problems({"model": "tiny", "engine": "endpoint", "concurrency": 4, **changes})
+
+
+def test_a_server_command_becomes_an_argv_per_point_with_no_shell_in_between() -> None:
+    spec = validate({"model": "tiny", "engine": "endpoint", "concurrency": 4, "max_num_seqs": "2,8",
+                     "max_num_batched_tokens": 512,
+                     "server_command": "vllm serve m --max-num-seqs {max_num_seqs} --max-num-batched-tokens "
+                                       "{max_num_batched_tokens} --tag '$(rm -rf ~); {max_num_seqs}' --cfg '{\"a\": 1}'"})
+    planned = points(spec)
+    assert [(p.axis, p.max_num_seqs, p.batch_size) for p in planned] == [("max_num_seqs", 2, 2), ("max_num_seqs", 8, 8)]
+    assert server_argv(spec, planned[1]) == ["vllm", "serve", "m", "--max-num-seqs", "8", "--max-num-batched-tokens",
+                                             "512", "--tag", "$(rm -rf ~); 8", "--cfg", '{"a": 1}']
+
+
+def test_a_text_prompt_has_one_word_per_drawn_token_picked_by_its_id() -> None:
+    ids = [0, 1, len(TEXT_WORDS), 2 * len(TEXT_WORDS) + 5]
+    assert text_prompt(ids).split(" ") == [TEXT_WORDS[0], TEXT_WORDS[1], TEXT_WORDS[0], TEXT_WORDS[5]]
+    assert len(set(TEXT_WORDS)) == len(TEXT_WORDS) and all(w.isalpha() and w.islower() for w in TEXT_WORDS)
