@@ -85,6 +85,10 @@ def test_spec_file_gives_the_same_options(tmp_path):
     (["--dtype", "float8"], "dtype"),
     (["--device", "cuda:7"], "device"),
     (["--on-oom", "explode"], "on_oom"),
+    (["--seed", "100000000000000000000"], "seed"),  # the runner could not seed with it
+    (["--max-batch-size", "100000000", "--batch-sizes", "100000000"], "max_batch_size"),  # once hung validation
+    (["--engine", "fast", "--mode", "continuous", "--arrival", "poisson:4", "--num-requests", "1000000000"],
+     "num_requests"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, options, fragment):
     out = tmp_path / "run"

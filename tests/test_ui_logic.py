@@ -55,6 +55,13 @@ def test_each_bad_input_is_named_by_its_field(changes: dict, field: str, words: 
     assert field in found and words in found[field]
 
 
+def test_the_preview_draws_nothing_past_what_a_sweep_may_draw() -> None:
+    """Batches 1…65 536 with 3 + 1 repeats are 524 284 requests: refused by the spec, and not drawn for a
+    histogram either (that took seconds on every rerun of the page)."""
+    assert form.sweep_lengths(tiny_form(batch_mode="pow2", batch_lo=1, batch_hi=4096, repeats=3)) is not None
+    assert form.sweep_lengths(tiny_form(batch_mode="pow2", batch_lo=1, batch_hi=65_536, repeats=3)) is None
+
+
 def test_length_preview_matches_the_seed_and_says_its_numbers() -> None:
     first = form.length_preview("lognormal:100:0.5", seed=3, n=500)
     assert first == form.length_preview("lognormal:100:0.5", seed=3, n=500)
