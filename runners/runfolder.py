@@ -2,6 +2,7 @@
 point's files, every one written atomically."""
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -26,15 +27,45 @@ def write_parquet(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> 
 
 
 def check_out_dir(out: Path) -> None:
-    """Refuse to write over another run: the folder must be new, empty, or hold only a queued request."""
+    """Refuse to write over another run: the folder must be new, empty, or hold only the request the app
+    queued for this runner (its spec.json and a status.json that says queued, or running under our pid
+    once the app has recorded it)."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
-    if out.is_dir():
-        # dot-files are in-flight atomic writes (the app records the pid right after launching us)
-        leftovers = {p.name for p in out.iterdir() if not p.name.startswith(".")} - contract.APP_WRITTEN
-        if leftovers:
-            raise ValueError(f"--out {out} already holds a run ({', '.join(sorted(leftovers)[:3])}); "
-                             f"choose a new folder")
+    if not out.is_dir():
+        return
+    # dot-files are in-flight atomic writes (the app records the pid right after launching us)
+    names = {p.name for p in out.iterdir() if not p.name.startswith(".")}
+    if names - contract.APP_WRITTEN:
+        raise ValueError(f"--out {out} already holds a run ({', '.join(sorted(names - contract.APP_WRITTEN)[:3])}); "
+                         f"choose a new folder")
+    if names:
+        state = _queued_state(out / contract.STATUS)
+        if state not in ("queued", "ours"):
+            raise ValueError(f"--out {out} holds another run (state {state}); only a folder the app queued "
+                             f"can be reused: choose a new folder")
+
+
+def _queued_state(path: Path) -> str:
+    """status.json's state, "ours" when the app has marked this process as its runner, else what is wrong."""
+    try:
+        status = json.loads(path.read_text())
+    except FileNotFoundError:
+        return "unknown: no status.json"
+    except (OSError, ValueError):
+        return "unknown: status.json does not read"
+    state = status.get("state") if isinstance(status, dict) else None
+    if state == "running" and status.get("pid") == os.getpid():
+        return "ours"
+    return str(state)
+
+
+def make_out_dir(out: Path) -> None:
+    """Create the run folder and its parents; a path that cannot be a folder is bad input, in one line."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out {out}: cannot create the run folder ({err.strerror or err})") from None
 
 
 class RunWriter:

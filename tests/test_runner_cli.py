@@ -107,6 +107,66 @@ def test_existing_run_folder_is_never_overwritten(tmp_path):
     assert result.returncode == 2 and "already holds a run" in result.stderr
 
 
+def test_another_sweeps_spec_and_status_are_never_overwritten(tmp_path):
+    """Only a folder the app queued (spec.json + a queued status.json) may be reused as --out."""
+    out = tmp_path / "run"
+    out.mkdir()
+    theirs = {"spec.json": json.dumps({"model": "tiny", "batch_sizes": [64]}),
+              "status.json": json.dumps({"state": "cancelled", "run_id": "run", "pid": 4242})}
+    for name, text in theirs.items():
+        (out / name).write_text(text)
+    result = run_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2",
+                        timeout=60)
+    assert result.returncode == 2, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"error: --out {out} holds another run (state cancelled)"), line
+    assert {p.name: p.read_text() for p in out.iterdir()} == theirs
+
+
+@pytest.mark.parametrize("where", ["/proc/batchscope-run", "a-file/run"])
+def test_an_out_folder_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, where):
+    (tmp_path / "a-file").write_text("not a folder")
+    out = tmp_path / where
+    result = run_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2",
+                        "--no-calibrate", timeout=60)
+    assert result.returncode == 2, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"error: --out {out}: cannot create the run folder ("), line
+
+
+def tiny_checkpoint(folder, **config) -> str:
+    """A local checkpoint folder holding only a config.json: the tiny preset's shape unless overridden."""
+    from runners.presets import PRESETS
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**PRESETS["tiny"], **config}))
+    return str(folder)
+
+
+def test_a_failed_run_says_why_on_stderr(tmp_path):
+    out = tmp_path / "run"
+    model = tiny_checkpoint(tmp_path / "no-weights")  # a config, no weights: loading fails once the run began
+    result = run_runner(out, *TINY, "--model", model, "--batch-sizes", "1", "--prompt-len", "fixed:8",
+                        "--output-len", "fixed:2", "--no-calibrate")
+    assert result.returncode == 1, result.stderr
+    status = read_status(out)
+    assert status["state"] == "failed" and status["error"]
+    assert result.stderr.splitlines()[-1] == f"failed: {out}: {status['error']}"
+
+
+def test_a_checkpoint_that_needs_remote_code_is_rejected_before_launch(tmp_path):
+    out = tmp_path / "run"
+    model = tiny_checkpoint(tmp_path / "custom", model_type="my-own-llm",
+                            auto_map={"AutoConfig": "configuration_mine.MyConfig",
+                                      "AutoModelForCausalLM": "modeling_mine.MyModel"})
+    result = run_runner(out, *TINY, "--model", model, "--batch-sizes", "1", "--prompt-len", "fixed:8",
+                        "--output-len", "fixed:2", "--no-calibrate")
+    assert result.returncode == 2, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith("error: model: ") and "remote code" in line, line
+    assert not out.exists()
+
+
 LONG = [*TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64", "--output-len", "fixed:256",
         "--repeats", "3", "--no-calibrate"]
 
