@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -184,6 +185,60 @@ def test_sigterm_keeps_finished_points_and_marks_cancelled(tmp_path):
     for path in summaries:
         assert pq.read_table(path).to_pylist()[0]["status"] == "ok"
     assert not list((out / "points").glob(".*.tmp"))
+
+
+def test_sigint_is_a_cancel_like_sigterm(tmp_path):
+    """Ctrl-C in the terminal of a headless sweep: cancelled, exit 3, finished points kept, no traceback."""
+    out = tmp_path / "run"
+    proc = start_runner(out, *LONG)
+    wait_for_points(out, 1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 3
+    stderr = proc.stderr.read()
+    assert "Traceback" not in stderr and stderr.splitlines()[-1] == f"cancelled: {out}"
+    status = read_status(out)
+    assert status["state"] == "cancelled" and status["finished_at"]
+    summaries = sorted((out / "points").glob("*.summary.parquet"))
+    assert 1 <= len(summaries) < 7 and status["points_done"] == len(summaries)
+
+
+def test_sigint_while_torch_loads_is_one_line_and_writes_nothing(tmp_path):
+    """Before the sweep starts (the runner imports torch for seconds), Ctrl-C has nothing to keep."""
+    out = tmp_path / "run"
+    proc = start_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2")
+    maps = Path(f"/proc/{proc.pid}/maps")
+    deadline = time.monotonic() + 60
+    while "libtorch" not in maps.read_text():  # torch is being imported; the cancel handler comes after it
+        assert time.monotonic() < deadline and proc.poll() is None, "torch never loaded"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 3
+    assert proc.stderr.read().splitlines() == [f"cancelled: {out} (before the sweep started; nothing written)"]
+    assert not out.exists()
+
+
+def test_sigterm_cancels_a_continuous_run_waiting_for_its_next_arrival(tmp_path):
+    """At 0.01 requests/s the engine idles for minutes between arrivals; a cancel must not wait for one."""
+    out = tmp_path / "run"
+    proc = start_runner(out, "--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "fast",
+                        "--mode", "continuous", "--arrival", "poisson:0.01", "--num-requests", "4",
+                        "--max-num-seqs", "2", "--prompt-len", "fixed:8", "--output-len", "fixed:4",
+                        "--repeats", "1", "--warmup", "0", "--no-calibrate")
+    try:
+        deadline = time.monotonic() + 120
+        while ((read_status(out).get("current") or {}).get("stage") if (out / "status.json").exists()
+               else None) != "measure":
+            assert time.monotonic() < deadline and proc.poll() is None, "the repeat never started"
+            time.sleep(0.1)
+        time.sleep(1.0)  # the first arrivals are served; the engine sleeps until the next one
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        while read_status(out)["state"] == "running":
+            assert time.monotonic() - sent < 2.0, "SIGTERM not seen while idle"  # a 0.1 s nap, plus the write-out
+            time.sleep(0.02)
+        assert read_status(out)["state"] == "cancelled" and proc.wait(timeout=30) == 3
+    finally:
+        proc.kill()  # a runner that missed the cancel would otherwise sleep on for minutes
 
 
 def test_sigkill_leaves_readable_finished_points(tmp_path):
