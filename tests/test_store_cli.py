@@ -11,6 +11,7 @@ import duckdb
 import pytest
 
 from batchscope.cli import main
+from batchscope.migrations import CURRENT_VERSION
 from tests.db_helpers import dump_tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,3 +115,20 @@ def test_report_is_dispatched_to_the_analysis_cli(runner_folder: Path, tmp_path:
     assert runner_folder.name in capsys.readouterr().out
     assert main(["report", "no-such-run", "--db", str(db)]) == 2
     assert "no-such-run" in capsys.readouterr().err
+
+
+def test_a_db_from_a_newer_batchscope_is_one_line_and_exit_1(runner_folder: Path, tmp_path: Path) -> None:
+    db = tmp_path / "newer.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP)")
+    con.execute("INSERT INTO schema_version VALUES (99, now())")
+    con.close()
+    before = db.read_bytes()
+    for args in (["import", str(runner_folder)], ["runs"], ["report", runner_folder.name]):
+        result = _cli(*args, "--db", str(db))
+        assert result.returncode == 1, (args, result.stderr)
+        [line] = result.stderr.splitlines()
+        assert line == (f"error: {db} was written by a newer BatchScope (schema version 99; this one knows up to "
+                        f"{CURRENT_VERSION}); open it with that version or pass another --db"), line
+    assert db.read_bytes() == before
+
