@@ -132,3 +132,35 @@ def test_a_db_from_a_newer_batchscope_is_one_line_and_exit_1(runner_folder: Path
                         f"{CURRENT_VERSION}); open it with that version or pass another --db"), line
     assert db.read_bytes() == before
 
+
+def test_one_bad_file_in_one_folder_does_not_stop_the_import_of_the_others(runner_folder: Path,
+                                                                           tmp_path: Path) -> None:
+    """Copies of a good run, each with one bad file: a wrong-typed status field is dropped, a summary whose
+    index no point can have is skipped, a run the DB cannot take is left out; each says so, the rest is stored."""
+    bad = {}
+    for name, file, field, value in (("pid", "status.json", "pid", 1e20),
+                                     ("points-done", "status.json", "points_done", "abc"),
+                                     ("gpu-memory", "env.json", "gpu_memory_bytes", "abc"),
+                                     ("point-index", None, None, None)):
+        copy = tmp_path / f"{runner_folder.name}-{name}"
+        shutil.copytree(runner_folder, copy)
+        if file is None:
+            (copy / "points" / "p0001.summary.parquet").rename(copy / "points" / "p99999999999.summary.parquet")
+        else:
+            record = json.loads((copy / file).read_text())
+            (copy / file).write_text(json.dumps({**record, field: value}))
+        bad[name] = copy
+    db = tmp_path / "h.duckdb"
+    result = _cli("import", *map(str, bad.values()), str(runner_folder), "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    warnings = result.stderr.splitlines()
+    assert len(warnings) == 4 and all(w.startswith("warning: ") for w in warnings), warnings
+    assert f"warning: {bad['pid'] / 'status.json'}: pid 1e+20 is not a process id; ignored" in warnings, warnings
+    assert f"warning: {bad['points-done'] / 'status.json'}: points_done 'abc' is not a count; ignored" in warnings
+    assert any(w.startswith(f"warning: {bad['gpu-memory']}: run not stored (Conversion Error") for w in warnings)
+    assert (f"warning: {bad['point-index'] / 'points' / 'p99999999999.summary.parquet'}: point index 99999999999 "
+            f"is past the largest a run can have; skipped") in warnings, warnings
+    runs = {run["run_id"]: run for run in json.loads(_cli("runs", "--db", str(db), "--format", "json").stdout)}
+    assert {run_id: (run["state"], run["points"]) for run_id, run in runs.items()} == {
+        runner_folder.name: ("done", 2), bad["pid"].name: ("done", 2), bad["points-done"].name: ("done", 2),
+        bad["point-index"].name: ("done", 1)}
