@@ -13,6 +13,7 @@ import pytest
 from batchscope.cli import main
 from batchscope.migrations import CURRENT_VERSION
 from tests.db_helpers import dump_tables
+from tests.runner_helpers import TINY, read_status, start_runner, wait_for_points
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,6 +132,26 @@ def test_a_db_from_a_newer_batchscope_is_one_line_and_exit_1(runner_folder: Path
         assert line == (f"error: {db} was written by a newer BatchScope (schema version 99; this one knows up to "
                         f"{CURRENT_VERSION}); open it with that version or pass another --db"), line
     assert db.read_bytes() == before
+
+
+def test_import_marks_a_run_whose_runner_was_killed_interrupted(tmp_path: Path) -> None:
+    """kill -9 of a headless runner leaves status.json `running`; `import` must not store it so forever."""
+    out = tmp_path / "20261130-120000-tiny-killed"
+    proc = start_runner(out, *TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64",
+                        "--output-len", "fixed:256", "--no-calibrate")
+    wait_for_points(out, 1)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert read_status(out)["state"] == "running"
+    db = tmp_path / "h.duckdb"
+    result = _cli("import", str(out), "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("state interrupted\n"), result.stdout
+    [run] = json.loads(_cli("runs", "--db", str(db), "--format", "json").stdout)
+    assert run["state"] == "interrupted" and run["points"] >= 1
+    assert run["error"] == f"runner process {proc.pid} ended without finishing (last heartbeat " \
+                          f"{read_status(out)['heartbeat_at']})"
+    assert read_status(out)["state"] == "running"  # a folder made elsewhere is read, never written
 
 
 def test_one_bad_file_in_one_folder_does_not_stop_the_import_of_the_others(runner_folder: Path,
