@@ -11,7 +11,7 @@ from pathlib import Path
 
 SYNTAX = "fixed:N, uniform:LO:HI, normal:MEAN:SD, lognormal:MEDIAN:SIGMA or file:PATH"
 MAX_LENGTH = 10_000_000  # tokens: past every model's context, and every draw stays a finite number
-MAX_SIGMA = 10.0  # a lognormal this wide already spans 10^40 times its median at ±4 sigma
+MAX_SIGMA = 10.0  # already absurd for lengths (one sigma is 22,000× the median), and keeps exp() finite
 MAX_FILE_BYTES = 1 << 20  # a length file is read again for every batch the sweep draws
 
 

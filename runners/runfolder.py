@@ -28,36 +28,35 @@ def write_parquet(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> 
 
 def check_out_dir(out: Path) -> None:
     """Refuse to write over another run: the folder must be new, empty, or hold only the request the app
-    queued for this runner (its spec.json and a status.json that says queued, or running under our pid
-    once the app has recorded it)."""
+    queued for this runner (its spec.json and status.json)."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
-    if not out.is_dir():
-        return
-    # dot-files are in-flight atomic writes (the app records the pid right after launching us)
-    names = {p.name for p in out.iterdir() if not p.name.startswith(".")}
-    if names - contract.APP_WRITTEN:
-        raise ValueError(f"--out {out} already holds a run ({', '.join(sorted(names - contract.APP_WRITTEN)[:3])}); "
-                         f"choose a new folder")
-    if names:
-        state = _queued_state(out / contract.STATUS)
-        if state not in ("queued", "ours"):
-            raise ValueError(f"--out {out} holds another run (state {state}); only a folder the app queued "
-                             f"can be reused: choose a new folder")
+    if out.is_dir():
+        # dot-files are in-flight atomic writes (the app records the pid right after launching us)
+        names = {p.name for p in out.iterdir() if not p.name.startswith(".")}
+        leftovers = names - contract.APP_WRITTEN
+        if leftovers:
+            raise ValueError(f"--out {out} already holds a run ({', '.join(sorted(leftovers)[:3])}); "
+                             f"choose a new folder")
+        other = _not_queued(out / contract.STATUS) if names else None
+        if other:
+            raise ValueError(f"--out {out} holds another run ({other}); only a folder the app queued can be "
+                             f"reused: choose a new folder")
 
 
-def _queued_state(path: Path) -> str:
-    """status.json's state, "ours" when the app has marked this process as its runner, else what is wrong."""
+def _not_queued(status_file: Path) -> str | None:
+    """None when status.json is the app's request for this runner (queued, or running under our pid once
+    the app has recorded it); else what it holds instead."""
     try:
-        status = json.loads(path.read_text())
+        status = json.loads(status_file.read_text())
     except FileNotFoundError:
-        return "unknown: no status.json"
+        return "no status.json"
     except (OSError, ValueError):
-        return "unknown: status.json does not read"
+        return "an unreadable status.json"
     state = status.get("state") if isinstance(status, dict) else None
-    if state == "running" and status.get("pid") == os.getpid():
-        return "ours"
-    return str(state)
+    if state == "queued" or (state == "running" and status.get("pid") == os.getpid()):
+        return None
+    return f"state {state}"
 
 
 def make_out_dir(out: Path) -> None:
