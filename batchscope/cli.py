@@ -14,7 +14,7 @@ import duckdb
 
 from batchscope import config
 from batchscope.ingest import ingest_run
-from batchscope.jobs import ended_without_finishing, runner_alive
+from batchscope.jobs import settle_if_runner_gone
 from batchscope.migrations import SchemaTooNewError
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
@@ -81,11 +81,8 @@ def _import(args: argparse.Namespace) -> int:
             report = ingest_run(store, folder, demo=args.demo)
             for warning in report.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
+            settle_if_runner_gone(store, report.run_id)
             run = store.run(report.run_id)
-            if run and run["state"] == "running" and not runner_alive(run["pid"], report.run_id):
-                # killed outright (kill -9, a crash, a reboot): what the app's recovery says of it too
-                store.set_state(report.run_id, "interrupted", ended_without_finishing(run["status"] or {})["error"])
-                run = store.run(report.run_id)
             state = run["state"] if run else "not stored"
             print(f"{report.run_id}: {report.points_added} new point(s), state {state}")
     return EXIT_OK

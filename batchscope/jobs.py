@@ -85,10 +85,18 @@ def runner_alive(pid: int | None, run_id: str | None = None) -> bool:
 
 
 def ended_without_finishing(status: dict[str, Any]) -> dict[str, Any]:
-    """A `running` status whose runner is gone, as the `interrupted` one the app and `batchscope import` store."""
+    """A `running` status whose runner is gone, as the `interrupted` one the app and an import store."""
     return {**status, "state": "interrupted", "current": None, "finished_at": timestamp(),
             "error": f"runner process {status.get('pid')} ended without finishing "
                      f"(last heartbeat {status.get('heartbeat_at')})"}
+
+
+def settle_if_runner_gone(store: Store, run_id: str) -> None:
+    """An imported run stored `running` whose runner is gone (kill -9, a crash, a reboot) is `interrupted`,
+    as recover() makes it, never `running` forever; its folder, made elsewhere, is not written."""
+    run = store.run(run_id)
+    if run and run["state"] == "running" and not runner_alive(run["pid"], run_id):
+        store.set_state(run_id, "interrupted", ended_without_finishing(run["status"] or {})["error"])
 
 
 @dataclass
