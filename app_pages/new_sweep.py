@@ -119,6 +119,7 @@ with batch_col:
         slots["arrival"] = slots["concurrency"] = st.empty()
         requests_col, budget_col = st.columns(2)
         continuous["num_requests"] = int(requests_col.number_input("Requests per repeat", min_value=1,
+                                                                   max_value=sweep_form.MOST["num_requests"],
                                                                    key="num_requests"))
         slots["num_requests"] = requests_col.empty()
         if mode == "continuous" or "{max_num_batched_tokens}" in command:
@@ -129,7 +130,7 @@ with batch_col:
     repeats_col, warmup_col, seed_col = st.columns(3)
     repeats = repeats_col.number_input("Repeats", min_value=1, max_value=50, key="repeats")
     warmup = warmup_col.number_input("Warm-up", min_value=0, max_value=20, key="warmup")
-    seed = seed_col.number_input("Seed", min_value=0, key="seed")
+    seed = seed_col.number_input("Seed", min_value=0, max_value=sweep_form.MOST["seed"], key="seed")
     on_oom = st.radio("After an out-of-memory point", ["stop", "continue"], horizontal=True, key="on_oom",
                       help="stop: larger batches are not tried; continue: every batch is tried.")
 

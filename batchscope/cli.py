@@ -1,6 +1,7 @@
 """`python -m batchscope import|runs|report`: the history DB from a shell, e.g. after a headless GPU run.
 
-Exit codes: 0 ok, 1 the DB could not be opened, 2 bad input (one line on stderr says what).
+Exit codes: 0 ok, 1 the DB could not be opened (held by the app, or written by a newer BatchScope), 2 bad
+input (one line on stderr says what).
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import duckdb
 
 from batchscope import config
 from batchscope.ingest import ingest_run
+from batchscope.jobs import settle_if_runner_gone
+from batchscope.migrations import SchemaTooNewError
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
 
@@ -48,16 +51,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "report":
-        from batchscope import report  # the analysis side; loaded only when asked for
-
-        return report.main(argv[1:])
     try:
+        if argv and argv[0] == "report":
+            from batchscope import report  # the analysis side; loaded only when asked for
+
+            return report.main(argv[1:])
         args = build_parser().parse_args(argv)
         return _import(args) if args.command == "import" else _list(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except SchemaTooNewError as error:
+        print(f"error: {error}; open it with that version or pass another --db", file=sys.stderr)
+        return EXIT_DB
     except duckdb.Error as error:
         first_line = str(error).strip().splitlines()[0]
         print(f"error: cannot use the database ({first_line}); is the app running on it?", file=sys.stderr)
@@ -75,6 +81,7 @@ def _import(args: argparse.Namespace) -> int:
             report = ingest_run(store, folder, demo=args.demo)
             for warning in report.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
+            settle_if_runner_gone(store, report.run_id)
             run = store.run(report.run_id)
             state = run["state"] if run else "not stored"
             print(f"{report.run_id}: {report.points_added} new point(s), state {state}")

@@ -41,8 +41,13 @@ def ingest_run(store: Store, folder: str | Path, demo: bool = False) -> IngestRe
         return report
     if status is None:
         status = (stored or {}).get("status") or {}
-    store.upsert_run(run.run_id, run.path.resolve(), spec or {}, status, run.env(), run.model(),
-                     run.calibration(), demo=demo)
+    try:
+        store.upsert_run(run.run_id, run.path.resolve(), spec or {}, status, run.env(), run.model(),
+                         run.calibration(), demo=demo)
+    except duckdb.Error as error:  # a value the runs table cannot hold, e.g. an env.json field of the wrong type
+        report.warnings.extend(run.warnings)
+        report.warnings.append(f"{run.path}: run not stored ({str(error).strip().splitlines()[0]}); skipped")
+        return report
     stored_points = store.point_indices(run.run_id)
     for index in run.complete_points():
         if index in stored_points:

@@ -84,6 +84,21 @@ def runner_alive(pid: int | None, run_id: str | None = None) -> bool:
     return state != "Z" and b"runners" in cmdline and (run_id is None or run_id.encode() in cmdline)
 
 
+def ended_without_finishing(status: dict[str, Any]) -> dict[str, Any]:
+    """A `running` status whose runner is gone, as the `interrupted` one the app and an import store."""
+    return {**status, "state": "interrupted", "current": None, "finished_at": timestamp(),
+            "error": f"runner process {status.get('pid')} ended without finishing "
+                     f"(last heartbeat {status.get('heartbeat_at')})"}
+
+
+def settle_if_runner_gone(store: Store, run_id: str) -> None:
+    """An imported run stored `running` whose runner is gone (kill -9, a crash, a reboot) is `interrupted`,
+    as recover() makes it, never `running` forever; its folder, made elsewhere, is not written."""
+    run = store.run(run_id)
+    if run and run["state"] == "running" and not runner_alive(run["pid"], run_id):
+        store.set_state(run_id, "interrupted", ended_without_finishing(run["status"] or {})["error"])
+
+
 @dataclass
 class _Active:
     """A runner the manager watches: its own child, or (pid only) one adopted after a restart."""
@@ -278,9 +293,7 @@ class JobManager:
                     continue
                 if runner_alive(pid, run_id):
                     continue
-                status.update(state="interrupted", current=None, finished_at=timestamp(),
-                              error=f"runner process {pid} ended without finishing "
-                                    f"(last heartbeat {status.get('heartbeat_at')})")
+                status = ended_without_finishing(status)
                 if folder.is_relative_to(self.runs_dir):
                     run.write_status(status)
                     self._ingest(folder)

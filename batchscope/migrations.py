@@ -133,9 +133,7 @@ def migrate(con: duckdb.DuckDBPyConnection, target: int = CURRENT_VERSION) -> li
     con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP)")
     current = schema_version(con)
     if current > CURRENT_VERSION:
-        raise SchemaTooNewError(
-            f"database schema is version {current}, this BatchScope knows up to {CURRENT_VERSION}"
-        )
+        raise SchemaTooNewError(f"schema version {current}; this one knows up to {CURRENT_VERSION}")
     applied = []
     for version in range(current + 1, target + 1):
         con.execute("BEGIN TRANSACTION")

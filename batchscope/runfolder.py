@@ -51,7 +51,13 @@ class RunFolder:
         return self.read_json(contract.SPEC)
 
     def status(self) -> dict[str, Any] | None:
-        return self.read_json(contract.STATUS)
+        """status.json; a field of the wrong type (runners.contract.status_problems) is dropped to null with
+        a warning, so the DB and the job manager see only values the contract allows."""
+        status = self.read_json(contract.STATUS)
+        for key, problem in contract.status_problems(status or {}).items():
+            self.warnings.append(f"{self.path / contract.STATUS}: {problem}; ignored")
+            status[key] = None
+        return status
 
     def env(self) -> dict[str, Any] | None:
         return self.read_json(contract.ENV)
@@ -70,12 +76,19 @@ class RunFolder:
         return self.path / contract.POINTS / contract.point_file(point_index, kind)
 
     def complete_points(self) -> list[int]:
-        """Indices of points whose summary file exists (the runner writes it last), ascending."""
+        """Indices of points whose summary file exists (the runner writes it last), ascending; a summary
+        whose index no point can have is skipped with a warning."""
         points_dir = self.path / contract.POINTS
         if not points_dir.is_dir():
             return []
-        found = (contract.summary_index(entry.name) for entry in points_dir.iterdir())
-        return sorted(index for index in found if index is not None)
+        found = []
+        for entry in points_dir.iterdir():
+            index = contract.summary_index(entry.name)
+            if index is not None and index > contract.MAX_INT32:
+                self.warnings.append(f"{entry}: point index {index} is past the largest a run can have; skipped")
+            elif index is not None:
+                found.append(index)
+        return sorted(found)
 
     def read_point_table(self, point_index: int, kind: str) -> pa.Table | None:
         """One Parquet file of a point; None when missing, None plus a warning when it does not read."""

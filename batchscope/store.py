@@ -21,7 +21,7 @@ import pyarrow as pa
 from runners.contract import parse_utc, utc_now
 
 from batchscope import config
-from batchscope.migrations import migrate
+from batchscope.migrations import SchemaTooNewError, migrate
 
 POINT_TABLES = ("repeats", "requests", "steps", "samples")
 _JSON_FIELDS = ("spec", "status", "env", "model", "calibration")
@@ -97,7 +97,11 @@ class Store:
         self._local = threading.local()
         with self._write_lock:
             self._con = duckdb.connect(str(self.path))
-            migrate(self._con)
+            try:
+                migrate(self._con)
+            except SchemaTooNewError as error:  # closed, so this process does not keep the file locked
+                self._con.close()
+                raise SchemaTooNewError(f"{self.path} was written by a newer BatchScope ({error})") from None
             self._columns = {
                 table: [row[0] for row in self._con.execute(f"DESCRIBE {table}").fetchall()]
                 for table in ("runs", "points", *POINT_TABLES)

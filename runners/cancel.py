@@ -1,4 +1,5 @@
-"""Cancellation at step boundaries: SIGTERM sets a flag that engines check between steps."""
+"""Cancellation at step boundaries: SIGTERM (the app's cancel) or SIGINT (Ctrl-C) sets a flag that engines
+check between steps, and while they idle."""
 from __future__ import annotations
 
 import signal
@@ -11,8 +12,10 @@ class Cancelled(Exception):
     """Raised at a step boundary after a cancel request; the current point is dropped, earlier kept."""
 
 
-def install_sigterm_handler() -> None:
-    signal.signal(signal.SIGTERM, lambda signum, frame: _requested.set())
+def install_handlers() -> None:
+    """SIGTERM and SIGINT both ask for a cancel: the sweep ends `cancelled` with its finished points."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: _requested.set())
 
 
 def requested() -> bool:
@@ -21,4 +24,4 @@ def requested() -> bool:
 
 def check() -> None:
     if _requested.is_set():
-        raise Cancelled("cancelled by SIGTERM")
+        raise Cancelled("cancelled by SIGTERM or SIGINT")

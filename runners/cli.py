@@ -90,10 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(args.out)
         from runners.sweep import run_sweep  # torch loads only once the spec is known to be good
 
-        cancel.install_sigterm_handler()
-        state = run_sweep(spec, args.out)
+        cancel.install_handlers()
+        status = run_sweep(spec, args.out)
     except (SpecError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{state}: {args.out}", file=sys.stderr)
-    return EXIT[state]
+    except KeyboardInterrupt:  # Ctrl-C before the handler was installed: nothing is written by then
+        print(f"cancelled: {args.out} (before the sweep started; nothing written)", file=sys.stderr)
+        return EXIT["cancelled"]
+    reason = f": {status['error']}" if status["error"] else ""  # a failure says why here, not only in the folder
+    print(f"{status['state']}: {args.out}{reason}", file=sys.stderr)
+    return EXIT[status["state"]]

@@ -19,6 +19,8 @@ POINTS = "points"
 SERVER_LOG = "server.log"  # the output of servers an endpoint sweep restarts (docs/run-folder.md)
 APP_WRITTEN = frozenset({SPEC, STATUS})  # what the app may leave in a folder before the runner starts
 TERMINAL_STATES = frozenset({"done", "failed", "cancelled", "interrupted"})
+STATES = frozenset({"queued", "running", *TERMINAL_STATES})
+MAX_INT32 = 2**31 - 1  # point indices, counts and pids are int32 in the Parquet schemas and the history DB
 _SUMMARY_FILE = re.compile(r"^p(\d{4,})\.summary\.parquet$")
 
 
@@ -39,6 +41,31 @@ def new_status(run_id: str, state: str, points_total: int, pid: int | None = Non
     return {"state": state, "run_id": run_id, "pid": pid, "points_done": 0, "points_total": points_total,
             "current": None, "started_at": started_at, "heartbeat_at": started_at, "finished_at": None,
             "error": None, "stopped_early": None}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT32
+
+
+_STATUS_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "state": (lambda value: value in STATES, "not a run state"),
+    "run_id": (lambda value: isinstance(value, str), "not text"),
+    "pid": (lambda value: _count(value) and value > 0, "not a process id"),
+    "points_done": (_count, "not a count"),
+    "points_total": (_count, "not a count"),
+    "current": (lambda value: isinstance(value, dict), "not an object"),
+    **{key: (lambda value: isinstance(value, str), "not a timestamp")
+       for key in ("started_at", "heartbeat_at", "finished_at")},
+    "error": (lambda value: isinstance(value, str), "not text"),
+    "stopped_early": (lambda value: isinstance(value, str), "not text"),
+}
+
+
+def status_problems(status: dict[str, Any]) -> dict[str, str]:
+    """The fields of a status record read from a file whose value is not what new_status's field holds
+    (null is always allowed), each with a line that says so."""
+    return {key: f"{key} {status[key]!r} is {what}" for key, (allowed, what) in _STATUS_VALUES.items()
+            if status.get(key) is not None and not allowed(status[key])}
 
 
 def utc_now() -> datetime:

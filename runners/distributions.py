@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SYNTAX = "fixed:N, uniform:LO:HI, normal:MEAN:SD, lognormal:MEDIAN:SIGMA or file:PATH"
+MAX_LENGTH = 10_000_000  # tokens: past every model's context, and every draw stays a finite number
+MAX_SIGMA = 10.0  # already absurd for lengths (one sigma is 22,000× the median), and keeps exp() finite
+MAX_FILE_BYTES = 1 << 20  # a length file is read again for every batch the sweep draws
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,23 @@ def _check(kind: str, nums: tuple[float, ...], raw: str) -> None:
         raise ValueError(f"normal needs MEAN ≥ 1 and SD ≥ 0: {raw!r}")
     if kind == "lognormal" and (nums[0] < 1 or nums[1] < 0):
         raise ValueError(f"lognormal needs MEDIAN ≥ 1 and SIGMA ≥ 0: {raw!r}")
+    if max(nums[:1] if kind == "lognormal" else nums) > MAX_LENGTH:
+        raise ValueError(f"lengths are at most {MAX_LENGTH:,} tokens: {raw!r}")
+    if kind == "lognormal" and nums[1] > MAX_SIGMA:
+        raise ValueError(f"lognormal SIGMA must be at most {MAX_SIGMA:g}: {raw!r}")
 
 
 def _from_file(path_text: str, raw: str) -> Distribution:
     """A file of lengths: whole numbers separated by commas, spaces or new lines."""
     path = Path(path_text)
-    if not path_text or not path.is_file():
-        raise ValueError(f"length file not found: {path_text!r}")
-    tokens = path.read_text().replace(",", " ").split()
+    try:
+        if not path_text or not path.is_file():
+            raise ValueError(f"length file not found: {path_text!r}")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ValueError(f"length file {path_text!r} is over {MAX_FILE_BYTES >> 20} MiB")
+        tokens = path.read_text().replace(",", " ").split()
+    except OSError as err:
+        raise ValueError(f"length file {path_text!r} cannot be read ({err.strerror or err})") from None
     try:
         values = tuple(int(t) for t in tokens)
     except ValueError:

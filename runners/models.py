@@ -1,6 +1,7 @@
 """Load a model (preset with random weights, or a local Hugging Face checkpoint) and state its facts."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES, decoder_matrices, quantized_weight_bytes
+from runners.spec import SpecError
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -62,6 +64,20 @@ def model_config(model: str) -> transformers.PretrainedConfig:
         raise FileNotFoundError(f"unknown model {model!r}: not a preset ({', '.join(PRESETS)}) "
                                 f"and no config.json in that directory")
     return AutoConfig.from_pretrained(path, trust_remote_code=False)
+
+
+def check_loadable(name: str) -> None:
+    """A local checkpoint's config must load without running code the checkpoint ships (BatchScope never
+    passes trust_remote_code): SpecError before anything is written, rather than a failed run."""
+    if name in PRESETS:
+        return
+    try:
+        model_config(name)
+    except ValueError as err:  # transformers' word for a model type it does not know, or remote code
+        config = json.loads((Path(name) / "config.json").read_text())  # spec validation read it already
+        reason = ("its config.json maps the model to code of its own (auto_map), and BatchScope runs no "
+                  "remote code" if "auto_map" in config else str(err).strip().splitlines()[0])
+        raise SpecError("model", f"{name} cannot be loaded: {reason}") from None
 
 
 def describe(name: str, config: transformers.PretrainedConfig, dtype: str) -> ModelInfo:

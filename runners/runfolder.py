@@ -2,6 +2,7 @@
 point's files, every one written atomically."""
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -26,15 +27,44 @@ def write_parquet(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> 
 
 
 def check_out_dir(out: Path) -> None:
-    """Refuse to write over another run: the folder must be new, empty, or hold only a queued request."""
+    """Refuse to write over another run: the folder must be new, empty, or hold only the request the app
+    queued for this runner (its spec.json and status.json)."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
     if out.is_dir():
         # dot-files are in-flight atomic writes (the app records the pid right after launching us)
-        leftovers = {p.name for p in out.iterdir() if not p.name.startswith(".")} - contract.APP_WRITTEN
+        names = {p.name for p in out.iterdir() if not p.name.startswith(".")}
+        leftovers = names - contract.APP_WRITTEN
         if leftovers:
             raise ValueError(f"--out {out} already holds a run ({', '.join(sorted(leftovers)[:3])}); "
                              f"choose a new folder")
+        other = _not_queued(out / contract.STATUS) if names else None
+        if other:
+            raise ValueError(f"--out {out} holds another run ({other}); only a folder the app queued can be "
+                             f"reused: choose a new folder")
+
+
+def _not_queued(status_file: Path) -> str | None:
+    """None when status.json is the app's request for this runner (queued, or running under our pid once
+    the app has recorded it); else what it holds instead."""
+    try:
+        status = json.loads(status_file.read_text())
+    except FileNotFoundError:
+        return "no status.json"
+    except (OSError, ValueError):
+        return "an unreadable status.json"
+    state = status.get("state") if isinstance(status, dict) else None
+    if state == "queued" or (state == "running" and status.get("pid") == os.getpid()):
+        return None
+    return f"state {state}"
+
+
+def make_out_dir(out: Path) -> None:
+    """Create the run folder and its parents; a path that cannot be a folder is bad input, in one line."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out {out}: cannot create the run folder ({err.strerror or err})") from None
 
 
 class RunWriter:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -15,7 +16,7 @@ from runners.engines.group import GroupEngine, local_engine
 from runners.modes import MODES, endpoint
 from runners.modes.context import PointContext, Stages
 from runners.progress import Progress
-from runners.runfolder import RunWriter
+from runners.runfolder import RunWriter, make_out_dir
 from runners.spec import SweepSpec, point_count, points
 from runners.spec.parallel import world_size
 from runners.telemetry import Sampler
@@ -91,15 +92,19 @@ class Sweep:
         return PointContext(spec, self.device, info, engine, self.folder, self.sampler, self.stage)
 
 
-def run_sweep(spec: SweepSpec, out: Path) -> str:
-    """Validate device + dtype (SpecError before anything is written), then run and return the state. An
-    endpoint sweep's device is the GPU its telemetry samples: nothing runs on it from here."""
+def run_sweep(spec: SweepSpec, out: Path) -> dict[str, Any]:
+    """Check the model loads, the device and dtype, and the run folder (SpecError or ValueError before
+    anything is written), then run; returns the final status record (state and error). An endpoint
+    sweep's device is the GPU its telemetry samples: nothing runs on it from here."""
+    models.check_loadable(spec.model)
     if spec.mode == "endpoint":
         device = endpoint.telemetry_device(spec)
     else:
         device = devices.resolve(spec.device)
         devices.check_dtype(device, spec.dtype)
         devices.check_ranks(device, world_size(spec), "tensor_parallel" if spec.tensor_parallel > 1 else "replicas")
-    out.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out)
     contract.write_json(out / contract.SPEC, {**spec.to_dict(), "run_id": out.name, "created_at": contract.timestamp()})
-    return Sweep(spec, out, device).run()
+    sweep = Sweep(spec, out, device)
+    sweep.run()
+    return sweep.folder.status

@@ -44,6 +44,8 @@ def test_same_seed_same_lengths():
     ("fixed:0", "≥ 1"), ("fixed:2.5", "whole"), ("uniform:9:3", "LO ≤ HI"), ("normal:10", "takes 2"),
     ("normal:10:-1", "SD ≥ 0"), ("lognormal:abc:1", "not a number"), ("fixed:nan", "finite"),
     ("file:/no/such/file", "not found"),
+    ("fixed:10000001", "at most 10,000,000 tokens"), ("normal:100:1e300", "at most 10,000,000 tokens"),
+    ("lognormal:100:11", "SIGMA must be at most 10"), ("file:" + "a" * 300, "cannot be read"),
 ])
 def test_malformed_distributions_are_named(text, fragment):
     with pytest.raises(ValueError, match=fragment):
@@ -54,4 +56,11 @@ def test_file_with_garbage_is_rejected(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_text("10 x 20")
     with pytest.raises(ValueError, match="not a whole number"):
+        distributions.parse(f"file:{path}")
+
+
+def test_a_length_file_too_big_to_read_for_every_batch_is_refused(tmp_path):
+    path = tmp_path / "huge.txt"
+    path.write_text("7 " * (distributions.MAX_FILE_BYTES // 2 + 1))
+    with pytest.raises(ValueError, match="over 1 MiB"):
         distributions.parse(f"file:{path}")

@@ -6,6 +6,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from batchscope.ingest import ingest_run
 from batchscope.jobs import JobManager
 from batchscope.store import Store
 from batchscope.ui import run_view
+from runners.spec import SweepSpec
 from tests.runner_helpers import REPO, finished_tiny_run
 
 PAGES = ("app_pages/new_sweep.py", "app_pages/run.py", "app_pages/history.py")
@@ -253,6 +255,21 @@ def test_continuous_mode_asks_for_its_own_axis_and_predicts_memory_per_max_num_s
     assert any(w.startswith("Will not fit: max_num_seqs 1024") for w in texts(at, "warning")), texts(at, "warning")
     assert not any("max_num_seqs 64 " in w for w in texts(at, "warning"))
     assert not at.button(key="launch").disabled, texts(at, "error")
+
+
+def test_new_sweep_numbers_stop_where_the_runner_does(home) -> None:
+    """Requests per repeat and the seed end at the spec's own bounds; the largest request count is refused in
+    one line (it would draw too many requests) instead of drawing them for minutes."""
+    at = open_page("app_pages/new_sweep.py")
+    at.selectbox(key="engine").set_value("fast")
+    at.selectbox(key="mode").set_value("continuous").run()
+    most = {f.name: f.metadata["most"] for f in fields(SweepSpec) if "most" in f.metadata}
+    assert (at.number_input(key="num_requests").max, at.number_input(key="seed").max) == (
+        most["num_requests"], most["seed"])
+    at.number_input(key="num_requests").set_value(most["num_requests"]).run()
+    no_traceback(at)
+    assert any(e.startswith("the sweep would draw") for e in texts(at, "error")), texts(at, "error")
+    assert at.button(key="launch").disabled
 
 
 def test_launching_a_tiny_cpu_sweep_opens_its_run_page_while_it_runs(home) -> None:

@@ -39,10 +39,20 @@ def test_a_measured_point_keeps_its_summary_and_releases_the_engine(ctx: PointCo
     assert summary["status"] == "ok" and released == ["released"]
 
 
+def cpu_allocation_failure() -> RuntimeError:
+    """What torch raises when the host cannot give a huge batch its memory (an exbibyte here)."""
+    try:
+        torch.empty(1 << 60, dtype=torch.uint8)
+    except RuntimeError as err:
+        return err
+    raise AssertionError("an exbibyte was allocated")
+
+
 @pytest.mark.parametrize("failure, status", [
     (MemoryError(), "oom"),
     (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), "oom"),
     (RuntimeError("Inductor: CUDA out of memory while compiling"), "oom"),  # wrapped: classified by its text
+    (cpu_allocation_failure(), "oom"),  # "DefaultCPUAllocator: can't allocate memory"
     (RuntimeError("shape mismatch"), "error"),
 ])
 def test_a_failure_becomes_the_points_status_and_still_releases(ctx: PointContext, failure: BaseException,

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -85,6 +86,10 @@ def test_spec_file_gives_the_same_options(tmp_path):
     (["--dtype", "float8"], "dtype"),
     (["--device", "cuda:7"], "device"),
     (["--on-oom", "explode"], "on_oom"),
+    (["--seed", "100000000000000000000"], "seed"),  # the runner could not seed with it
+    (["--max-batch-size", "100000000", "--batch-sizes", "100000000"], "max_batch_size"),  # once hung validation
+    (["--engine", "fast", "--mode", "continuous", "--arrival", "poisson:4", "--num-requests", "1000000000"],
+     "num_requests"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, options, fragment):
     out = tmp_path / "run"
@@ -101,6 +106,66 @@ def test_existing_run_folder_is_never_overwritten(tmp_path):
     (out / "points").mkdir(parents=True)
     result = run_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2")
     assert result.returncode == 2 and "already holds a run" in result.stderr
+
+
+def test_another_sweeps_spec_and_status_are_never_overwritten(tmp_path):
+    """Only a folder the app queued (spec.json + a queued status.json) may be reused as --out."""
+    out = tmp_path / "run"
+    out.mkdir()
+    theirs = {"spec.json": json.dumps({"model": "tiny", "batch_sizes": [64]}),
+              "status.json": json.dumps({"state": "cancelled", "run_id": "run", "pid": 4242})}
+    for name, text in theirs.items():
+        (out / name).write_text(text)
+    result = run_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2",
+                        timeout=60)
+    assert result.returncode == 2, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"error: --out {out} holds another run (state cancelled)"), line
+    assert {p.name: p.read_text() for p in out.iterdir()} == theirs
+
+
+@pytest.mark.parametrize("where", ["/proc/batchscope-run", "a-file/run"])
+def test_an_out_folder_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, where):
+    (tmp_path / "a-file").write_text("not a folder")
+    out = tmp_path / where
+    result = run_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2",
+                        "--no-calibrate", timeout=60)
+    assert result.returncode == 2, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"error: --out {out}: cannot create the run folder ("), line
+
+
+def tiny_checkpoint(folder, **config) -> str:
+    """A local checkpoint folder holding only a config.json: the tiny preset's shape unless overridden."""
+    from runners.presets import PRESETS
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**PRESETS["tiny"], **config}))
+    return str(folder)
+
+
+def test_a_failed_run_says_why_on_stderr(tmp_path):
+    out = tmp_path / "run"
+    model = tiny_checkpoint(tmp_path / "no-weights")  # a config, no weights: loading fails once the run began
+    result = run_runner(out, *TINY, "--model", model, "--batch-sizes", "1", "--prompt-len", "fixed:8",
+                        "--output-len", "fixed:2", "--no-calibrate")
+    assert result.returncode == 1, result.stderr
+    status = read_status(out)
+    assert status["state"] == "failed" and status["error"]
+    assert result.stderr.splitlines()[-1] == f"failed: {out}: {status['error']}"
+
+
+def test_a_checkpoint_that_needs_remote_code_is_rejected_before_launch(tmp_path):
+    out = tmp_path / "run"
+    model = tiny_checkpoint(tmp_path / "custom", model_type="my-own-llm",
+                            auto_map={"AutoConfig": "configuration_mine.MyConfig",
+                                      "AutoModelForCausalLM": "modeling_mine.MyModel"})
+    result = run_runner(out, *TINY, "--model", model, "--batch-sizes", "1", "--prompt-len", "fixed:8",
+                        "--output-len", "fixed:2", "--no-calibrate")
+    assert result.returncode == 2, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith("error: model: ") and "remote code" in line, line
+    assert not out.exists()
 
 
 LONG = [*TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64", "--output-len", "fixed:256",
@@ -120,6 +185,60 @@ def test_sigterm_keeps_finished_points_and_marks_cancelled(tmp_path):
     for path in summaries:
         assert pq.read_table(path).to_pylist()[0]["status"] == "ok"
     assert not list((out / "points").glob(".*.tmp"))
+
+
+def test_sigint_is_a_cancel_like_sigterm(tmp_path):
+    """Ctrl-C in the terminal of a headless sweep: cancelled, exit 3, finished points kept, no traceback."""
+    out = tmp_path / "run"
+    proc = start_runner(out, *LONG)
+    wait_for_points(out, 1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 3
+    stderr = proc.stderr.read()
+    assert "Traceback" not in stderr and stderr.splitlines()[-1] == f"cancelled: {out}"
+    status = read_status(out)
+    assert status["state"] == "cancelled" and status["finished_at"]
+    summaries = sorted((out / "points").glob("*.summary.parquet"))
+    assert 1 <= len(summaries) < 7 and status["points_done"] == len(summaries)
+
+
+def test_sigint_while_torch_loads_is_one_line_and_writes_nothing(tmp_path):
+    """Before the sweep starts (the runner imports torch for seconds), Ctrl-C has nothing to keep."""
+    out = tmp_path / "run"
+    proc = start_runner(out, *TINY, "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:2")
+    maps = Path(f"/proc/{proc.pid}/maps")
+    deadline = time.monotonic() + 60
+    while "libtorch" not in maps.read_text():  # torch is being imported; the cancel handler comes after it
+        assert time.monotonic() < deadline and proc.poll() is None, "torch never loaded"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 3
+    assert proc.stderr.read().splitlines() == [f"cancelled: {out} (before the sweep started; nothing written)"]
+    assert not out.exists()
+
+
+def test_sigterm_cancels_a_continuous_run_waiting_for_its_next_arrival(tmp_path):
+    """At 0.01 requests/s the engine idles for minutes between arrivals; a cancel must not wait for one."""
+    out = tmp_path / "run"
+    proc = start_runner(out, "--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "fast",
+                        "--mode", "continuous", "--arrival", "poisson:0.01", "--num-requests", "4",
+                        "--max-num-seqs", "2", "--prompt-len", "fixed:8", "--output-len", "fixed:4",
+                        "--repeats", "1", "--warmup", "0", "--no-calibrate")
+    try:
+        deadline = time.monotonic() + 120
+        while ((read_status(out).get("current") or {}).get("stage") if (out / "status.json").exists()
+               else None) != "measure":
+            assert time.monotonic() < deadline and proc.poll() is None, "the repeat never started"
+            time.sleep(0.1)
+        time.sleep(1.0)  # the first arrivals are served; the engine sleeps until the next one
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        while read_status(out)["state"] == "running":
+            assert time.monotonic() - sent < 2.0, "SIGTERM not seen while idle"  # a 0.1 s nap, plus the write-out
+            time.sleep(0.02)
+        assert read_status(out)["state"] == "cancelled" and proc.wait(timeout=30) == 3
+    finally:
+        proc.kill()  # a runner that missed the cancel would otherwise sleep on for minutes
 
 
 def test_sigkill_leaves_readable_finished_points(tmp_path):

@@ -11,7 +11,9 @@ import duckdb
 import pytest
 
 from batchscope.cli import main
+from batchscope.migrations import CURRENT_VERSION
 from tests.db_helpers import dump_tables
+from tests.runner_helpers import TINY, read_status, start_runner, wait_for_points
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,3 +116,72 @@ def test_report_is_dispatched_to_the_analysis_cli(runner_folder: Path, tmp_path:
     assert runner_folder.name in capsys.readouterr().out
     assert main(["report", "no-such-run", "--db", str(db)]) == 2
     assert "no-such-run" in capsys.readouterr().err
+
+
+def test_a_db_from_a_newer_batchscope_is_one_line_and_exit_1(runner_folder: Path, tmp_path: Path) -> None:
+    db = tmp_path / "newer.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TIMESTAMP)")
+    con.execute("INSERT INTO schema_version VALUES (99, now())")
+    con.close()
+    before = db.read_bytes()
+    for args in (["import", str(runner_folder)], ["runs"], ["report", runner_folder.name]):
+        result = _cli(*args, "--db", str(db))
+        assert result.returncode == 1, (args, result.stderr)
+        [line] = result.stderr.splitlines()
+        assert line == (f"error: {db} was written by a newer BatchScope (schema version 99; this one knows up to "
+                        f"{CURRENT_VERSION}); open it with that version or pass another --db"), line
+    assert db.read_bytes() == before
+
+
+def test_import_marks_a_run_whose_runner_was_killed_interrupted(tmp_path: Path) -> None:
+    """kill -9 of a headless runner leaves status.json `running`; `import` must not store it so forever."""
+    out = tmp_path / "20261130-120000-tiny-killed"
+    proc = start_runner(out, *TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64",
+                        "--output-len", "fixed:256", "--no-calibrate")
+    wait_for_points(out, 1)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert read_status(out)["state"] == "running"
+    db = tmp_path / "h.duckdb"
+    result = _cli("import", str(out), "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("state interrupted\n"), result.stdout
+    [run] = json.loads(_cli("runs", "--db", str(db), "--format", "json").stdout)
+    assert run["state"] == "interrupted" and run["points"] >= 1
+    assert run["error"] == f"runner process {proc.pid} ended without finishing (last heartbeat " \
+                          f"{read_status(out)['heartbeat_at']})"
+    assert read_status(out)["state"] == "running"  # a folder made elsewhere is read, never written
+
+
+def test_one_bad_file_in_one_folder_does_not_stop_the_import_of_the_others(runner_folder: Path,
+                                                                           tmp_path: Path) -> None:
+    """Copies of a good run, each with one bad file: a wrong-typed status field is dropped, a summary whose
+    index no point can have is skipped, a run the DB cannot take is left out; each says so, the rest is stored."""
+    bad = {}
+    for name, file, field, value in (("pid", "status.json", "pid", 1e20),
+                                     ("points-done", "status.json", "points_done", "abc"),
+                                     ("gpu-memory", "env.json", "gpu_memory_bytes", "abc"),
+                                     ("point-index", None, None, None)):
+        copy = tmp_path / f"{runner_folder.name}-{name}"
+        shutil.copytree(runner_folder, copy)
+        if file is None:
+            (copy / "points" / "p0001.summary.parquet").rename(copy / "points" / "p99999999999.summary.parquet")
+        else:
+            record = json.loads((copy / file).read_text())
+            (copy / file).write_text(json.dumps({**record, field: value}))
+        bad[name] = copy
+    db = tmp_path / "h.duckdb"
+    result = _cli("import", *map(str, bad.values()), str(runner_folder), "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    warnings = result.stderr.splitlines()
+    assert len(warnings) == 4 and all(w.startswith("warning: ") for w in warnings), warnings
+    assert f"warning: {bad['pid'] / 'status.json'}: pid 1e+20 is not a process id; ignored" in warnings, warnings
+    assert f"warning: {bad['points-done'] / 'status.json'}: points_done 'abc' is not a count; ignored" in warnings
+    assert any(w.startswith(f"warning: {bad['gpu-memory']}: run not stored (Conversion Error") for w in warnings)
+    assert (f"warning: {bad['point-index'] / 'points' / 'p99999999999.summary.parquet'}: point index 99999999999 "
+            f"is past the largest a run can have; skipped") in warnings, warnings
+    runs = {run["run_id"]: run for run in json.loads(_cli("runs", "--db", str(db), "--format", "json").stdout)}
+    assert {run_id: (run["state"], run["points"]) for run_id, run in runs.items()} == {
+        runner_folder.name: ("done", 2), bad["pid"].name: ("done", 2), bad["points-done"].name: ("done", 2),
+        bad["point-index"].name: ("done", 1)}

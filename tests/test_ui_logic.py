@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import io
+import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -53,6 +57,13 @@ def test_a_valid_form_has_no_problems_and_makes_the_runner_spec() -> None:
 def test_each_bad_input_is_named_by_its_field(changes: dict, field: str, words: str) -> None:
     found = form.check(tiny_form(**changes))
     assert field in found and words in found[field]
+
+
+def test_the_preview_draws_nothing_past_what_a_sweep_may_draw() -> None:
+    """Batches 1…65 536 with 3 + 1 repeats are 524 284 requests: refused by the spec, and not drawn for a
+    histogram either (that took seconds on every rerun of the page)."""
+    assert form.sweep_lengths(tiny_form(batch_mode="pow2", batch_lo=1, batch_hi=4096, repeats=3)) is not None
+    assert form.sweep_lengths(tiny_form(batch_mode="pow2", batch_lo=1, batch_hi=65_536, repeats=3)) is None
 
 
 def test_length_preview_matches_the_seed_and_says_its_numbers() -> None:
@@ -154,6 +165,24 @@ def test_import_refuses_what_is_not_a_run_folder_and_imports_a_real_one(tmp_path
     assert list(overlay) == ["tiny"]
     assert run_view.load_run(store, "nope", None) is None
     store.close()
+
+
+def test_importing_a_run_whose_runner_is_gone_stores_it_interrupted(tmp_path: Path, tiny_run: Path) -> None:
+    """The folder of a runner killed with -9 still says running (its pid is dead): stored interrupted, folder
+    untouched."""
+    folder = tmp_path / "killed-run"
+    shutil.copytree(tiny_run, folder)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    status = {**json.loads((folder / "status.json").read_text()), "state": "running", "pid": gone.pid,
+              "finished_at": None}
+    (folder / "status.json").write_text(json.dumps(status))
+    store = Store(tmp_path / "db.duckdb")
+    assert history_view.import_folder(store, str(folder)).error is None
+    run = store.run("killed-run")
+    assert run["state"] == "interrupted" and run["error"] == (
+        f"runner process {gone.pid} ended without finishing (last heartbeat {status['heartbeat_at']})")
+    assert json.loads((folder / "status.json").read_text()) == status
 
 
 def test_the_run_page_keeps_refreshing_until_the_last_points_are_stored() -> None:

@@ -3,7 +3,7 @@ estimate memory per batch before anything runs — so the page only lays out wid
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from batchscope.analysis.slo import SLO
 from batchscope.jobs import device_key
 from runners import distributions
 from runners.spec import SpecError, SweepSpec, model_context, parse_batch_sizes, problems, validate
+from runners.spec.sweep import check_draws
 
 H200_CAPACITY_BYTES = 150_109_880_320  # what torch reported on the H200 this project measured on
 GiB = 1024**3
@@ -23,6 +24,7 @@ ESTIMATE_FIELDS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_le
                    "seed", "max_num_seqs", "arrival", "concurrency", "num_requests")
 PREVIEW_SAMPLES = 2000
 _CLI = SweepSpec(model="tiny")  # the runner's own defaults, so the form and the CLI start alike
+MOST = {f.name: f.metadata["most"] for f in fields(SweepSpec) if "most" in f.metadata}  # where widgets stop
 
 
 @dataclass
@@ -150,7 +152,8 @@ def length_preview(text: str, seed: int, n: int = PREVIEW_SAMPLES) -> list[int]:
 def sweep_lengths(form: SweepForm) -> tuple[list[int], list[int]] | None:
     """(prompt, output) lengths of every request the static sweep will draw, warm-up included, in the
     runner's own draw (SweepSpec.request_lengths): the preview then shows what the context check reads.
-    None in continuous and endpoint mode, or while the batch sizes or lengths are invalid."""
+    None in continuous and endpoint mode, while the batch sizes or lengths are invalid, or past the requests
+    a sweep may draw (runners.spec.sweep.check_draws)."""
     sizes = batch_sizes(form)
     if form.mode != "static" or not sizes:
         return None
@@ -159,6 +162,7 @@ def sweep_lengths(form: SweepForm) -> tuple[list[int], list[int]] | None:
     prompts: list[int] = []
     outputs: list[int] = []
     try:
+        check_draws(spec, sum(sizes), "batch_sizes")  # past the limit its message says why; nothing is drawn
         for batch in sizes:
             for repeat in spec.repeat_indices():
                 drawn = spec.request_lengths(batch, repeat)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from batchscope.ingest import ingest_run
+from batchscope.jobs import settle_if_runner_gone
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
 from batchscope.ui.run_view import RunData
@@ -86,6 +87,7 @@ def import_folder(store: Store, path_text: str) -> ImportResult:
     if not RunFolder(path).looks_like_run():
         return ImportResult(error=f"{text!r} holds no spec.json or status.json: not a run folder")
     report = ingest_run(store, path)
+    settle_if_runner_gone(store, report.run_id)
     return ImportResult(run_id=report.run_id, points_added=report.points_added, warnings=list(report.warnings))
 
 

@@ -26,6 +26,8 @@ from runners.spec import Point, SweepSpec
 from runners.telemetry import Sampler, rss_bytes
 
 OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
+# an OOM some raise as a plain RuntimeError: compilers wrap CUDA's, torch's CPU allocator has its own words
+OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 R = TypeVar("R", bound=Repeat)
 
 
@@ -140,8 +142,8 @@ class PointContext:
         except cancel.Cancelled:
             self.sampler.drain()
             raise
-        except RuntimeError as err:  # compilers wrap an OOM in their own errors: classify by the text
-            status = "oom" if "out of memory" in str(err).lower() else "error"
+        except RuntimeError as err:  # classified by its text (OOM_WORDS)
+            status = "oom" if any(words in str(err).lower() for words in OOM_WORDS) else "error"
             return failed(index, batch_size, status, err, self.spec.warmup)
         finally:
             release()

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from runners.spec.options import SpecError, parse_batch_sizes, record, set_whole_numbers
-from runners.spec.sweep import SLO_METRICS, SweepSpec, check_context
+from runners.spec.options import SpecError, number, parse_batch_sizes, record, set_whole_numbers
+from runners.spec.sweep import SLO_METRICS, SweepSpec, check_context, check_draws
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
     check_load(spec, values, found)
     set_whole_numbers(spec, values, (("num_requests", 1), ("max_num_batched_tokens", 1), ("kv_cache_tokens", 0)),
                       found)
+    record(found, "num_requests", lambda: check_draws(spec, spec.num_requests, "num_requests"))
     if spec.max_num_batched_tokens < max(spec.max_num_seqs):
         found.setdefault("max_num_batched_tokens", f"max_num_batched_tokens ({spec.max_num_batched_tokens}) "
                                                    f"must be ≥ max_num_seqs ({max(spec.max_num_seqs)}): every "
@@ -119,9 +120,9 @@ def check_slo(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) ->
         found.setdefault("slo_metric", f"slo_metric must be one of {', '.join(SLO_METRICS)}: got {spec.slo_metric!r}")
     if "slo_ms" in values:
         try:
-            spec.slo_ms = float(values["slo_ms"])
-        except (TypeError, ValueError):
-            found.setdefault("slo_ms", f"not a number: {values['slo_ms']!r}")
+            spec.slo_ms = number(values["slo_ms"], "slo_ms")
+        except SpecError as err:
+            found.setdefault("slo_ms", err.message)
         if not (math.isfinite(spec.slo_ms) and spec.slo_ms > 0):
             found.setdefault("slo_ms", f"slo_ms must be a positive number of milliseconds, got {spec.slo_ms}")
 

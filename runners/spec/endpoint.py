@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from runners.spec.continuous import check_load, check_slo, longest_request, parse_arrival
 from runners.spec.options import SpecError, record, set_whole_numbers
-from runners.spec.sweep import SweepSpec, check_context
+from runners.spec.sweep import SweepSpec, check_context, check_draws
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens")  # the spec fields a server command may template
 PROMPT_FORMATS = ("auto", "ids", "text")
@@ -99,6 +99,7 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
         found.setdefault("max_num_seqs", "a list of max_num_seqs needs a server command holding {max_num_seqs}: "
                                          "only a restarted server takes a new batch limit")
     set_whole_numbers(spec, values, (("num_requests", 1), ("max_num_batched_tokens", 1)), found)
+    record(found, "num_requests", lambda: check_draws(spec, spec.num_requests, "num_requests"))
     check_slo(spec, values, found)
     if not {"prompt_len", "output_len", "num_requests"} & set(found):
         longest = longest_request(spec)

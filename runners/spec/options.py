@@ -3,7 +3,7 @@ declaration whose help text the command line shows (runners.cli builds its flags
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import MISSING, field
+from dataclasses import MISSING, field, fields
 from typing import Any
 
 
@@ -16,9 +16,12 @@ class SpecError(ValueError):
         self.message = message
 
 
-def option(default: Any = MISSING, *, help: str, group: str = "", factory: Any = MISSING) -> Any:
-    """A SweepSpec field with its command-line help; `group` names the flag group it is listed in."""
-    return field(default=default, default_factory=factory, metadata={"help": help, "group": group})
+def option(default: Any = MISSING, *, help: str, group: str = "", factory: Any = MISSING,
+           most: int | None = None) -> Any:
+    """A SweepSpec field with its command-line help; `group` names the flag group it is listed in, `most`
+    the largest whole number it takes (the form's widget stops there too)."""
+    metadata = {"help": help, "group": group, **({"most": most} if most is not None else {})}
+    return field(default=default, default_factory=factory, metadata=metadata)
 
 
 def whole(value: Any, name: str) -> int:
@@ -32,6 +35,16 @@ def whole(value: Any, name: str) -> int:
         return int(str(value).strip())
     except ValueError:
         raise SpecError(name, f"not a whole number: {value!r}") from None
+
+
+def number(value: Any, name: str) -> float:
+    """A real number from JSON or text (true/false are not numbers); SpecError otherwise."""
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except (ValueError, OverflowError):
+            pass
+    raise SpecError(name, f"not a number: {value!r}")
 
 
 def parse_batch_sizes(value: Any, name: str = "batch_sizes") -> list[int]:
@@ -65,7 +78,9 @@ def parse_batch_sizes(value: Any, name: str = "batch_sizes") -> list[int]:
 
 def set_whole_numbers(spec: Any, values: dict[str, Any], bounds: tuple[tuple[str, int], ...],
                       found: dict[str, str]) -> None:
-    """Copy whole-number options into the spec, each at least its lower bound; problems go to `found`."""
+    """Copy whole-number options into the spec, each at least its lower bound and at most the `most` its
+    declaration gives; problems go to `found`."""
+    most = {f.name: f.metadata.get("most") for f in fields(spec)}
     for name, lo in bounds:
         if name not in values:
             continue
@@ -76,6 +91,8 @@ def set_whole_numbers(spec: Any, values: dict[str, Any], bounds: tuple[tuple[str
             continue
         if number < lo:
             found.setdefault(name, f"{name} must be ≥ {lo}, got {number}")
+        elif most[name] is not None and number > most[name]:
+            found.setdefault(name, f"{name} must be at most {most[name]:,}")
         else:
             setattr(spec, name, number)
 

@@ -2,13 +2,9 @@
 checked in runners.devices once the device is known)."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
-from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES
-from runners.spec.sweep import SweepSpec
+from runners.spec.options import record
+from runners.spec.sweep import SweepSpec, checkpoint_config, config_count
 
 
 def world_size(spec: SweepSpec) -> int:
@@ -18,10 +14,10 @@ def world_size(spec: SweepSpec) -> int:
 
 def model_shape(model: str) -> dict[str, int]:
     """Heads, KV heads and intermediate size of a preset or a local checkpoint's config.json."""
-    config: dict[str, Any] = PRESETS[model] if model in PRESETS else json.loads((Path(model) / "config.json").read_text())
-    heads = int(config["num_attention_heads"])
-    return {"heads": heads, "kv_heads": int(config.get("num_key_value_heads") or heads),
-            "intermediate size": int(config["intermediate_size"])}
+    config = checkpoint_config(model)
+    heads = config_count(config, "num_attention_heads", model)
+    kv_heads = config_count(config, "num_key_value_heads", model) if config.get("num_key_value_heads") else heads
+    return {"heads": heads, "kv_heads": kv_heads, "intermediate size": config_count(config, "intermediate_size", model)}
 
 
 def check(spec: SweepSpec, found: dict[str, str]) -> None:
@@ -43,7 +39,9 @@ def check(spec: SweepSpec, found: dict[str, str]) -> None:
         found.setdefault("dtype", f"tensor_parallel does not implement quantised weights ({spec.dtype})")
     if "model" in found:
         return
-    shape = model_shape(spec.model)
+    shape = record(found, "model", lambda: model_shape(spec.model))
+    if shape is None:
+        return
     if shape["kv_heads"] < tp:
         found.setdefault("tensor_parallel", f"{spec.model} has {shape['kv_heads']} KV heads, fewer than "
                                             f"tensor_parallel {tp}: replicating KV heads over ranks is unsupported")

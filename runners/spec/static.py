@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runners.spec.options import record
-from runners.spec.sweep import SweepSpec, check_context
+from runners.spec.sweep import SweepSpec, check_context, check_draws, lengths_fit
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,9 @@ def points(spec: SweepSpec) -> list[StaticPoint]:
 
 
 def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], context: int | None) -> None:
-    """Prompt + output must fit the model's context for every request the sweep will draw."""
-    if context and not {"prompt_len", "output_len", "batch_sizes"} & set(found):
+    """The sweep draws a bounded number of requests, and each one's prompt + output must fit the model's
+    context (drawn only when the lengths' maxima could pass it)."""
+    record(found, "batch_sizes", lambda: check_draws(spec, sum(spec.batch_sizes), "batch_sizes"))
+    if context and not {"prompt_len", "output_len", "batch_sizes"} & set(found) and not lengths_fit(spec, context):
         record(found, "prompt_len", lambda: check_context(max(spec.longest_request(b) for b in spec.batch_sizes),
                                                           context))

@@ -21,6 +21,9 @@ DTYPES = ("float32", "bfloat16", "float16", *QUANT_DTYPES)
 ENGINES = ("hf-generate", "fast", "endpoint")
 ON_OOM = ("stop", "continue")
 DEFAULT_MAX_BATCH_SIZE = 4096
+MAX_BATCH_SIZE = 65_536
+MAX_SEED = 2**32 - 1  # torch generators take seed × 1_000_003 + … (runners.workload): 64-bit safe up to here
+MAX_REQUESTS = 100_000  # requests a sweep may draw, warm-up included (check_draws)
 MIN_TELEMETRY_HZ = 20.0
 SLO_METRICS = ("ttft", "itl", "e2e")
 PARALLEL = "several processes (static mode; one rank per GPU, on CPU processes sharing the host)"
@@ -40,11 +43,12 @@ class SweepSpec:
     batch_sizes: list[int] = option(factory=lambda: [1, 2, 4, 8], help="1,2,4 or pow2:1:256")
     prompt_len: str = option("fixed:128", help=distributions.SYNTAX)
     output_len: str = option("fixed:32", help="same syntax as --prompt-len")
-    repeats: int = option(3, help="measured repeats per point (default 3)")
-    warmup: int = option(1, help="warm-up repeats per point (default 1)")
-    seed: int = option(0, help="seeds the request lengths, prompt ids, arrivals and random weights")
+    repeats: int = option(3, most=1000, help="measured repeats per point (default 3)")
+    warmup: int = option(1, most=100, help="warm-up repeats per point (default 1)")
+    seed: int = option(0, most=MAX_SEED, help="seeds the request lengths, prompt ids, arrivals and random weights")
     device: str = option("auto", help="auto, cpu, cuda or cuda:N")
-    max_batch_size: int = option(DEFAULT_MAX_BATCH_SIZE, help="ceiling on batch sizes (default 4096)")
+    max_batch_size: int = option(DEFAULT_MAX_BATCH_SIZE, most=MAX_BATCH_SIZE,
+                                 help=f"ceiling on batch sizes (default 4096, at most {MAX_BATCH_SIZE})")
     on_oom: str = option("stop", help="stop (default) or continue")
     telemetry_hz: float = option(20.0, help="utilisation samples per second (20 to 1000)")
     calibrate: bool = option(True, help="measure the device's copy bandwidth and matmul rate before the points")
@@ -57,7 +61,7 @@ class SweepSpec:
     concurrency: list[int] = option(factory=list, group=CONTINUOUS,
                                     help="closed loop: N clients, each sending its next request when its last "
                                          "one ends, or a list to sweep")
-    num_requests: int = option(64, group=CONTINUOUS,
+    num_requests: int = option(64, group=CONTINUOUS, most=MAX_REQUESTS,
                                help="requests per repeat, the same seeded workload at every point (default 64)")
     max_num_batched_tokens: int = option(2048, group=CONTINUOUS,
                                          help="per-step token budget (prefill chunk tokens + one per decoding "
@@ -115,12 +119,49 @@ class SweepSpec:
         return longest
 
 
+def checkpoint_config(model: str) -> dict[str, Any]:
+    """A preset's fields, or a local checkpoint's config.json; SpecError when that is not a JSON object."""
+    if model in PRESETS:
+        return PRESETS[model]
+    file = Path(model) / "config.json"
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, ValueError) as err:
+        raise SpecError("model", f"cannot read {file}: {err}") from None
+    if not isinstance(config, dict):
+        raise SpecError("model", f"{file} holds no JSON object")
+    return config
+
+
+def config_count(config: dict[str, Any], key: str, model: str) -> int:
+    """A positive whole number of a model's config (heads, sizes, context); SpecError naming it otherwise."""
+    value = config.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError("model", f"{model}: config {key} must be a positive whole number, got {value!r}")
+    return value
+
+
 def model_context(model: str) -> int:
     """Maximum sequence length of a preset or a local checkpoint (read from config.json)."""
-    if model in PRESETS:
-        return int(PRESETS[model]["max_position_embeddings"])
-    config = json.loads((Path(model) / "config.json").read_text())
-    return int(config.get("max_position_embeddings") or config.get("max_seq_len") or 2048)
+    config = checkpoint_config(model)
+    key = next((k for k in ("max_position_embeddings", "max_seq_len") if config.get(k)), None)
+    return config_count(config, key, model) if key else 2048
+
+
+def check_draws(spec: SweepSpec, per_repeat: int, name: str) -> None:
+    """Validation, the New sweep preview and its memory estimate draw the lengths of every request of the
+    sweep, warm-up repeats included: past MAX_REQUESTS that is a wait, so it is refused first."""
+    repeats = len(spec.repeat_indices())
+    if per_repeat * repeats > MAX_REQUESTS:
+        raise SpecError(name, f"the sweep would draw {per_repeat * repeats:,} requests ({per_repeat:,} per repeat "
+                              f"× {repeats} repeats with warm-up), over the limit of {MAX_REQUESTS:,}")
+
+
+def lengths_fit(spec: SweepSpec, context: int) -> bool:
+    """True when no request can pass `context` whatever is drawn (both length distributions have a maximum
+    and the two fit), so the context check need not draw the sweep's requests."""
+    prompt, output = (distributions.parse(text).upper_bound() for text in (spec.prompt_len, spec.output_len))
+    return prompt is not None and output is not None and prompt + output <= context
 
 
 def check_context(longest: int, context: int | None) -> None:

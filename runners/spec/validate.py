@@ -11,7 +11,7 @@ from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES, QUANT_ENGINES
 from runners.spec import parallel
 from runners.spec.modes import MODE_SPECS, MODES
-from runners.spec.options import SpecError, parse_batch_sizes, record, set_whole_numbers
+from runners.spec.options import SpecError, number, parse_batch_sizes, record, set_whole_numbers
 from runners.spec.sweep import DTYPES, ENGINES, MIN_TELEMETRY_HZ, ON_OOM, SweepSpec, model_context
 
 
@@ -35,9 +35,11 @@ def validate(raw: dict[str, Any], model_roots: list[Path] | None = None) -> Swee
     return spec
 
 
-def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str, str]) -> SweepSpec:
+def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> SweepSpec:
+    if not isinstance(raw, dict):
+        raise SpecError("spec", f"a sweep spec is a JSON object of options, not {type(raw).__name__}")
     known = {f.name for f in fields(SweepSpec)}
-    unknown = sorted(set(raw) - known)
+    unknown = sorted(map(repr, set(raw) - known))
     if unknown:
         found["spec"] = f"unknown option(s): {', '.join(unknown)}"
     values = {k: v for k, v in raw.items() if k in known and v is not None}
@@ -64,14 +66,17 @@ def _build(raw: dict[str, Any], model_roots: list[Path] | None, found: dict[str,
     set_whole_numbers(spec, values, (("repeats", 1), ("warmup", 0), ("seed", 0), ("max_batch_size", 1),
                                      ("tensor_parallel", 1), ("replicas", 1)), found)
     if "telemetry_hz" in values:
-        hz = record(found, "telemetry_hz", lambda: float(values["telemetry_hz"]))
+        hz = record(found, "telemetry_hz", lambda: number(values["telemetry_hz"], "telemetry_hz"))
         if hz is not None and (math.isnan(hz) or not MIN_TELEMETRY_HZ <= hz <= 1000):
             found.setdefault("telemetry_hz", f"telemetry_hz must be between {MIN_TELEMETRY_HZ:g} and 1000 "
                                              f"(DESIGN: utilisation is sampled at ≥ 20 Hz), got {hz}")
         elif hz is not None:
             spec.telemetry_hz = hz
     if "calibrate" in values:
-        spec.calibrate = bool(values["calibrate"])
+        if isinstance(values["calibrate"], bool):
+            spec.calibrate = values["calibrate"]
+        else:
+            found.setdefault("calibrate", f"calibrate must be true or false, got {values['calibrate']!r}")
     sizes = record(found, "batch_sizes", lambda: parse_batch_sizes(values.get("batch_sizes", spec.batch_sizes)))
     if sizes:
         spec.batch_sizes = sizes
@@ -96,13 +101,18 @@ def _check_model(model: str, model_roots: list[Path] | None) -> int:
         raise SpecError("model", "choose a preset or a local checkpoint directory")
     if model in PRESETS:
         return model_context(model)
-    path = Path(model).expanduser().resolve()
-    if model_roots is not None and not any(path.is_relative_to(r.resolve()) for r in model_roots):
+    try:
+        path = Path(model).expanduser().resolve()
+        outside = model_roots is not None and not any(path.is_relative_to(r.resolve()) for r in model_roots)
+        is_dir, has_config = path.is_dir(), (path / "config.json").is_file()
+    except (OSError, RuntimeError) as err:  # a name too long for the file system, ~user with no home
+        raise SpecError("model", f"unknown model {model!r}: not a preset and not a usable path ({err})") from None
+    if outside:
         raise SpecError("model", f"{model!r} is outside the allowed model folders "
                                  f"({', '.join(str(r) for r in model_roots)})")
-    if not path.is_dir():
+    if not is_dir:
         raise SpecError("model", f"unknown model {model!r}: not a preset ({', '.join(PRESETS)}) "
                                  f"and no such directory")
-    if not (path / "config.json").is_file():
+    if not has_config:
         raise SpecError("model", f"{model!r} has no config.json")
     return model_context(str(path))

@@ -1,0 +1,125 @@
+"""Property tests of what every sweep goes through first: whatever text or JSON a user, a spec file or the
+New sweep form hands over, the validator answers with a valid spec or one SpecError line, and the
+length-distribution parser with a distribution or one ValueError line — quickly, and nothing else."""
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+from dataclasses import fields
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from runners import distributions
+from runners.spec import SpecError, SweepSpec, problems, validate
+
+# The bar (issue 16): an answer in under 2 s, whatever the input. Examples stay few so CI stays fast.
+QUICK = settings(deadline=timedelta(seconds=2), max_examples=150,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+NUMBER = st.integers(min_value=-(10**25), max_value=10**25) | st.floats(allow_nan=True, allow_infinity=True)
+WORD = st.sampled_from(["fixed", "uniform", "normal", "lognormal", "file", "poisson", "pow2", "", " ", "FIXED"])
+PIECE = (st.integers(min_value=-(10**12), max_value=10**12).map(str) | NUMBER.map(str) | WORD
+         | st.text(max_size=8))
+SYNTAX_LIKE = st.builds(lambda word, parts: ":".join([word, *parts]), WORD, st.lists(PIECE, max_size=4))
+LIST_LIKE = st.lists(st.integers(min_value=-2, max_value=2**20).map(str), min_size=1, max_size=6).map(",".join)
+# Valid choices too, so the checks behind the first ones (context, draws, mode options) run as well.
+GOOD = {
+    "model": st.sampled_from(["tiny", "llama-3.2-1b", "", "no-such-model", "/", "~no-such-user/x", "a" * 300]),
+    "dtype": st.sampled_from(["float32", "bfloat16", "int8", "fp8"]),
+    "engine": st.sampled_from(["hf-generate", "fast"]),
+    "mode": st.sampled_from(["static", "continuous"]),
+    "device": st.sampled_from(["auto", "cpu", "cuda:0"]),
+    "batch_sizes": st.sampled_from(["1,2,4", "pow2:1:4096", "pow2:1:65536", [1, 4096], [65536]]),
+    "prompt_len": st.sampled_from(["fixed:8", "uniform:1:100", "normal:64:200", "lognormal:64:2", "fixed:2000"]),
+    "output_len": st.sampled_from(["fixed:4", "uniform:1:4000", "lognormal:16:1"]),
+    "max_num_seqs": st.sampled_from(["8", "pow2:1:256", [1, 2]]),
+    "arrival": st.sampled_from(["poisson:4", "poisson:0.01,1", ""]),
+    "concurrency": st.sampled_from(["", "4", "1,4,16"]),
+}
+
+
+def field_value(name: str) -> st.SearchStrategy[Any]:
+    """Anything for the field: JSON, numbers at and far past every bound, syntax-like text, or a valid value."""
+    choices = JSON | NUMBER | SYNTAX_LIKE | LIST_LIKE | st.integers(min_value=0, max_value=2**33)
+    return (GOOD[name] | choices) if name in GOOD else choices
+
+
+SPEC_FIELDS = [f.name for f in fields(SweepSpec)]
+SPEC_DICTS = st.fixed_dictionaries({"model": GOOD["model"]}, optional={
+    name: field_value(name) for name in SPEC_FIELDS if name != "model"}) | st.dictionaries(
+    st.sampled_from(SPEC_FIELDS) | st.text(max_size=8), JSON, max_size=6)
+
+
+def one_line_spec_error(raw: Any) -> SweepSpec | SpecError:
+    """validate(raw), checking that what it raises is a SpecError whose message is one line."""
+    try:
+        spec = validate(raw)
+    except SpecError as err:
+        assert str(err) and "\n" not in str(err), repr(str(err))
+        assert err.field and "\n" not in err.field
+        return err
+    assert isinstance(spec, SweepSpec)
+    return spec
+
+
+@QUICK
+@given(SPEC_DICTS)
+def test_any_spec_dict_gives_a_valid_spec_or_one_spec_error_line(raw: dict[str, Any]) -> None:
+    result = one_line_spec_error(raw)
+    found = problems(raw)  # what the New sweep form shows beside each field
+    assert all(isinstance(m, str) and m and "\n" not in m for m in found.values()), found
+    assert bool(found) == isinstance(result, SpecError)
+    if isinstance(result, SweepSpec):  # a valid spec round-trips through spec.json unchanged
+        assert validate(json.loads(json.dumps(result.to_dict()))) == result
+
+
+@QUICK
+@given(JSON)
+def test_any_json_value_as_the_whole_spec_gives_one_spec_error_line_or_a_spec(value: Any) -> None:
+    one_line_spec_error(value)
+    assert isinstance(problems(value), dict)
+
+
+@QUICK
+@given(SYNTAX_LIKE | st.text(max_size=40))
+@example("lognormal:1e300:1e300")  # a draw that overflows a float
+@example("normal:1e308:1e308")
+@example("file:" + "a" * 300)  # a name too long for the file system
+@example("file:/proc/self/mem")  # unreadable
+@example("file:\0")
+def test_any_text_parses_to_a_distribution_that_samples_or_one_value_error_line(text: str) -> None:
+    try:
+        parsed = distributions.parse(text)
+    except ValueError as err:
+        assert str(err) and "\n" not in str(err), repr(str(err))
+    else:
+        drawn = parsed.sample(50, random.Random(0))
+        bound = parsed.upper_bound()
+        assert all(isinstance(n, int) and n >= 1 for n in drawn)
+        assert bound is None or max(drawn) <= bound
+    for name in ("prompt_len", "output_len"):  # and as the sweep's lengths, a spec or one SpecError line
+        one_line_spec_error({"model": "tiny", name: text})
+
+
+CONFIG_KEYS = ("max_position_embeddings", "max_seq_len", "num_attention_heads", "num_key_value_heads",
+               "intermediate_size")
+CONFIGS = st.fixed_dictionaries({}, optional={key: JSON | NUMBER for key in CONFIG_KEYS}) | JSON
+
+
+@QUICK
+@given(CONFIGS, st.sampled_from([1, 2]))
+def test_any_checkpoint_config_gives_a_valid_spec_or_one_spec_error_line(config: Any, tensor_parallel: int) -> None:
+    """A local checkpoint's config.json is JSON from anywhere: its context and shape are read from it."""
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "config.json").write_text(json.dumps(config))
+        one_line_spec_error({"model": folder, "engine": "fast", "tensor_parallel": tensor_parallel})
