@@ -25,6 +25,7 @@ MIN_TELEMETRY_HZ = 20.0
 SLO_METRICS = ("ttft", "itl", "e2e")
 PARALLEL = "several processes (static mode; one rank per GPU, on CPU processes sharing the host)"
 CONTINUOUS = "continuous mode (one of --max-num-seqs, --arrival, --concurrency may list values to sweep)"
+REFINE = "refinement (points the runner adds after the planned ones, along the sweep's axis)"
 
 
 @dataclass
@@ -67,6 +68,16 @@ class SweepSpec:
     slo_ms: float = option(1000.0, group=CONTINUOUS,
                            help="goodput SLO limit in ms: a request meets it when its metric is at most this "
                                 "(default 1000)")
+    refine_points: int = option(0, group=REFINE,
+                                help="at most this many added points (default 0: none): first between the "
+                                     "largest value meeting --refine-slo and the next, which breaks it, then "
+                                     "between the value before the throughput plateau and its start")
+    refine_slo: str = option("", group=REFINE,
+                             help="the latency SLO whose limit to bracket, METRIC:PERCENTILE:MS (ttft, itl or "
+                                  "e2e; 50, 95 or 99), e.g. ttft:95:1000; without it only the plateau is refined")
+    refine_tolerance: float = option(0.05, group=REFINE,
+                                     help="a bracket is done when its upper end is within this share of its "
+                                          "lower end (default 0.05); whole-number axes stop at neighbours")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
