@@ -70,7 +70,7 @@ def test_markdown_report(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
             "(2 200 tok/s → 2 310 tok/s), so the plateau starts at 32.") in text
     assert "- **ridge batch**: ≈ 1 000" in text
     # batch 32 row: 2200 ± 1 % spread, 2.5 ms measured vs 2 ms predicted
-    assert "| 32 | ok | 2 200 (2 178–2 222) | 2.5 | 2 | 80 | memory |" in text
+    assert "| 32 | ok | caution | 2 200 (2 178–2 222) | 2.5 | 2 | 80 | memory |" in text
     assert "| 512 | oom: CUDA out of memory |" in text
 
 
