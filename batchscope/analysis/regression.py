@@ -89,13 +89,12 @@ def compare(run: dict[str, Any], analysis: Analysis, baseline: dict[str, Any], b
         (low_a, high_a), (low_b, high_b) = spread(now), spread(then)
         overlap = max(low_a, low_b) <= min(high_a, high_b)
         beyond = not overlap and abs(change) > NOISE_FLOOR
-        moved = "rose" if change > 0 else "fell"
+        moved = "rose " + pct(change, 1) if change > 0 else "fell " + pct(-change, 1) if change < 0 else "held"
         judged = ("beyond noise: the repeat spreads do not overlap" if beyond else
                   "within noise: the repeat spreads overlap" if overlap else
                   f"within noise: under the {pct(NOISE_FLOOR)} floor")
-        sentences.append(f"Best throughput {moved} {pct(abs(change), 1)}, {tok_s(then['output_tokens_per_s'])} "
-                         f"({describe_spread(then)}) → {tok_s(now['output_tokens_per_s'])} ({describe_spread(now)}), "
-                         f"{judged}.")
+        sentences.append(f"Best throughput {moved}, {tok_s(then['output_tokens_per_s'])} ({describe_spread(then)}) → "
+                         f"{tok_s(now['output_tokens_per_s'])} ({describe_spread(now)}), {judged}.")
     was = base.working_point.x if base.working_point is not None else None
     is_ = analysis.working_point.x if analysis.working_point is not None else None
     if was != is_:
