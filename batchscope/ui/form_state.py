@@ -32,7 +32,7 @@ def widget_state(form: SweepForm) -> dict[str, Any]:
         "repeats": form.repeats, "warmup": form.warmup, "seed": form.seed, "on_oom": form.on_oom,
         "name": form.name, "max_num_seqs": form.max_num_seqs, "load": LOADS[form.load], "arrival": form.arrival,
         "concurrency": form.concurrency, "num_requests": form.num_requests,
-        "max_num_batched_tokens": form.max_num_batched_tokens,
+        "max_num_batched_tokens": form.max_num_batched_tokens, "refine_points": form.refine_points,
         **slo_control.state(SLO_PREFIX, form.slo),
     }
 
@@ -68,4 +68,5 @@ def form_from_spec(spec: dict[str, Any], slo: SLO | None) -> SweepForm:
         arrival=spec.get("arrival") or defaults.arrival, concurrency=listed("concurrency", defaults.concurrency),
         num_requests=int(spec.get("num_requests", defaults.num_requests)),
         max_num_batched_tokens=int(spec.get("max_num_batched_tokens", defaults.max_num_batched_tokens)),
+        refine_points=int(spec.get("refine_points") or 0),
     )
