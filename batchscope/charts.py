@@ -88,7 +88,8 @@ def throughput_frame(table: pd.DataFrame, run: str = "") -> pd.DataFrame:
         hi = ok.get("output_tokens_per_s_max", ok["output_tokens_per_s"]).fillna(ok["output_tokens_per_s"])
         rows.append(pd.DataFrame({
             "x": ok["x"], "series": "measured", "value": ok["output_tokens_per_s"], "lo": lo, "hi": hi,
-            "note": [f"repeats {num(a)}–{num(b)} tok/s{_trust_note(p)}" for a, b, (_, p) in zip(lo, hi, ok.iterrows())],
+            "note": [f"repeats {num(a)}–{num(b)} tok/s{_trust_note(point)}"
+                     for a, b, (_, point) in zip(lo, hi, ok.iterrows())],
             **_point_kind(ok)}))
     if "predicted_tokens_per_s" in ok:
         reached = ok.get("roofline_pct", pd.Series(float("nan"), index=ok.index))

@@ -71,7 +71,8 @@ class Sweep:
             self.sampler.stop()
             self.progress.close()
 
-    def _refine(self, ctx: PointContext, run_point: Callable[[PointContext, int, Point], Summary], template: Point, seen: list[refine.Seen]) -> None:
+    def _refine(self, ctx: PointContext, run_point: Callable[[PointContext, int, Point], Summary], template: Point,
+                seen: list[refine.Seen]) -> None:
         """Add points after the planned ones until the brackets are narrow or `refine_points` are spent
         (runners.spec.refine); each is numbered after the last point and marked with its reason."""
         spec = self.spec

@@ -55,7 +55,8 @@ def with_cost(table: pd.DataFrame, price: float | None) -> pd.DataFrame:
     return table.assign(gpus=count, output_tokens_per_s_per_gpu=tput / count, cost_per_mtok=cost)
 
 
-def at_working_point(table: pd.DataFrame, marker: Marker | None, price: float | None, currency: str = "$") -> str | None:
+def at_working_point(table: pd.DataFrame, marker: Marker | None, price: float | None,
+                     currency: str = "$") -> str | None:
     """One sentence: what the working point costs per 1M output tokens and per token in energy."""
     if marker is None:
         return None

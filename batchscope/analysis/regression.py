@@ -99,9 +99,8 @@ def compare(run: dict[str, Any], analysis: Analysis, baseline: dict[str, Any], b
     is_ = analysis.working_point.x if analysis.working_point is not None else None
     if was != is_:
         shown = [axis.value(v) if v is not None else "none" for v in (was, is_)]
-        sentences.append(f"The working point moved from {shown[0]} to {shown[1]}"
-                         + ("" if analysis.slo is None else f" under the {analysis.slo.name} ≤ {analysis.slo.ms:g} ms SLO")
-                         + ".")
+        under = "" if analysis.slo is None else f" under the {analysis.slo.name} ≤ {analysis.slo.ms:g} ms SLO"
+        sentences.append(f"The working point moved from {shown[0]} to {shown[1]}{under}.")
     else:
         sentences.append("The working point did not move" + ("" if is_ is None else f" ({axis.at(is_)})") + ".")
     return Comparison(run["run_id"], baseline["run_id"], change, beyond, (was, is_), sentences,

@@ -36,8 +36,9 @@ def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
         return Marker(x, "working point", _why(point, x, curve, plateau, slo, axis, ceiling)), []
     trusted = allowed & curve["trust"].ne("untrusted")
     if not trusted.any():
-        return Marker(x, "working point", f"{_why(point, x, curve, plateau, slo, axis, ceiling)} Its measurement is "
-                                          f"untrusted, and no trusted {axis.noun} qualifies: {point['trust_sentence']}"), []
+        why = _why(point, x, curve, plateau, slo, axis, ceiling)
+        return Marker(x, "working point", f"{why} Its measurement is untrusted, and no trusted {axis.noun} "
+                                          f"qualifies: {point['trust_sentence']}"), []
     safe = curve.loc[trusted[trusted].index.max()]
     return Marker(safe["x"], "working point", (
         f"{axis.at_start(safe['x'])} is recommended ({tok_s(safe['output_tokens_per_s'])}): {axis.at(x)} qualifies "

@@ -47,7 +47,7 @@ class SweepForm:
     on_oom: str = _CLI.on_oom
     name: str = ""
     slo: SLO | None = None  # marks the SLO limit on the Run page; a continuous sweep also counts goodput by it
-    refine_points: int = _CLI.refine_points  # points the runner may add to narrow the SLO limit (the form's SLO) and knee
+    refine_points: int = _CLI.refine_points  # points the runner may add toward the SLO limit (the form's SLO) and knee
     # continuous mode (runners/spec/continuous.py)
     max_num_seqs: str = "1,2,4,8,16"
     load: str = "arrival"  # "arrival" (Poisson) or "concurrency" (closed loop)

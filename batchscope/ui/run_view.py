@@ -197,7 +197,8 @@ def points_display(table: pd.DataFrame) -> pd.DataFrame:
                          **{c: shown[c] * 100 for c in SHARE_COLUMNS if c in columns})
     shown = shown.assign(**{c: shown[c].map(words) for c, words in (("trust", BADGES), ("added_for", ADDED_FOR))
                             if c in columns})
-    shown = tables.rounded(shown[columns].astype({c: float for c in columns if c.endswith(("tokens_per_s", "per_gpu"))}))
+    rates = {c: float for c in columns if c.endswith(("tokens_per_s", "per_gpu"))}
+    shown = tables.rounded(shown[columns].astype(rates))
     return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
 
 
