@@ -8,7 +8,10 @@ import streamlit as st
 
 from batchscope import charts
 from batchscope.analysis import SLO
-from batchscope.ui import history_view, resources, tables
+from batchscope.analysis.cost import device_type
+from batchscope.analysis.marker import pct
+from batchscope.analysis.regression import NOISE_FLOOR
+from batchscope.ui import answers_view, history_view, resources, tables
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import latency_choice, slo_control
 
@@ -51,6 +54,21 @@ st.caption(f"{len(runs)} of {len(all_runs)} runs match.")
 shown_runs = history_view.runs_display(runs)
 st.dataframe(shown_runs, hide_index=True, width="stretch", column_config=tables.column_config(shown_runs))
 
+def show_regressions() -> None:
+    """Each listed run against the latest earlier run of the same configuration, under History's SLO."""
+    names = dict(zip(all_runs["run_id"], all_runs["name"]))
+    found = answers_view.regressions(store, runs["run_id"].tolist(), lambda run_id: resources.load_run(run_id, slo))
+    flagged = [c for c in found if c.flagged]
+    st.subheader("Regressions")
+    st.caption(f"A run is compared with the latest earlier finished run of the same model, dtype, engine, workload, "
+               f"GPU, driver and versions. It is flagged when its best throughput moved beyond noise (the best "
+               f"points' repeat spreads do not overlap and the change is over {pct(NOISE_FLOOR)}) or its working "
+               f"point moved, under the SLO chosen below. {len(found)} pair(s) compared, {len(flagged)} flagged.")
+    for comparison in flagged:
+        st.warning(plain(answers_view.regression_words(comparison, names)), icon=":material/trending_down:"
+                   if comparison.slower else ":material/compare_arrows:")
+
+
 st.subheader("Compare runs")
 labels_all = history_view.overlay_labels(runs, runs["run_id"].tolist())
 picked = st.multiselect("Runs to overlay (one colour each; click the legend to single one out)",
@@ -82,7 +100,8 @@ if picked:
         st.markdown("**What each ran on**: compare runs only with these in view.")
         st.dataframe(history_view.fingerprints(overlay), hide_index=True, width="stretch")
         st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")
-        side_by_side = history_view.comparison_table(overlay)
+        prices = {label: answers_view.stored_price(store, device_type(data.run)) for label, data in overlay.items()}
+        side_by_side = history_view.comparison_table(overlay, prices)
         st.dataframe(side_by_side, hide_index=True, width="stretch", column_config=tables.column_config(side_by_side))
         st.altair_chart(charts.memory_split_by_run({label: data.split for label, data in overlay.items()}),
                         width="content")
@@ -91,6 +110,8 @@ if picked:
                          icon=":material/open_in_new:")
 else:
     st.caption("Pick two or more runs to overlay them on the linked charts, under one SLO.")
+
+show_regressions()
 
 st.subheader("Manage a run")
 labels_every = history_view.overlay_labels(all_runs, all_runs["run_id"].tolist())

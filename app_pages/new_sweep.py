@@ -133,6 +133,10 @@ with batch_col:
     seed = seed_col.number_input("Seed", min_value=0, max_value=sweep_form.MOST["seed"], key="seed")
     on_oom = st.radio("After an out-of-memory point", ["stop", "continue"], horizontal=True, key="on_oom",
                       help="stop: larger batches are not tried; continue: every batch is tried.")
+    refine_points = st.number_input("Points to add by refinement", min_value=0, max_value=16, key="refine_points",
+                                    help="After the planned points the runner adds up to this many, between the "
+                                         "last that meets the SLO below and the first that breaks it, then below "
+                                         "the throughput plateau (docs/trust.md). 0: none.")
 
 st.subheader("Request lengths")
 st.caption(f"Syntax: {plain(SYNTAX)}")
@@ -154,7 +158,7 @@ values = sweep_form.SweepForm(
     model=model or "", dtype=dtype, engine=engine, mode=mode, device=device, batch_mode=batch_mode,
     batch_lo=int(batch_lo), batch_hi=int(batch_hi), batch_list=batch_list, prompt_len=lengths["prompt_len"],
     output_len=lengths["output_len"], repeats=int(repeats), warmup=int(warmup), seed=int(seed),
-    on_oom=on_oom, name=name, slo=slo, **continuous)
+    on_oom=on_oom, name=name, slo=slo, refine_points=int(refine_points), **continuous)
 problems = sweep_form.check(values)
 for field, message in problems.items():  # plain: a message quoting `uniform:1:100:` must not become an emoji
     (slots.get(field) or slots.get("slo" if field.startswith("slo_") else "") or st).error(

@@ -9,8 +9,9 @@ from datetime import datetime
 import streamlit as st
 
 from batchscope import charts, timeline
+from batchscope.analysis.cost import at_working_point, device_type, with_cost
 from batchscope.analysis.model_facts import quant_note
-from batchscope.ui import form_state, resources, run_view, tables
+from batchscope.ui import answers_view, form_state, resources, run_view, tables
 from batchscope.ui.history_view import overlay_labels
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import latency_choice, slo_control
@@ -104,12 +105,25 @@ def show_results(data: run_view.RunData, progress: dict) -> None:
                        width="content")
     st.caption("Hover a point in any chart to highlight it in all of them and read its values. Dashed vertical "
                "rules mark the knee markers and the working point; red rules mark out-of-memory batches.")
+    for line in (answers_view.trust_words(data.table, data.analysis.axis),
+                 answers_view.refinement_words(data.table, data.analysis.axis)):
+        if line:
+            st.caption(plain(line))
     st.subheader("What the markers say")
     for sentence in run_view.marker_sentences(data.analysis):
         st.markdown(f"- {plain(sentence)}")
+    price = price_control(device_type(data.run))
+    cost_line = at_working_point(data.table, data.analysis.working_point, price)
+    if cost_line:
+        st.markdown(f"- {plain(cost_line)}")
     st.subheader("Every point")
-    shown = run_view.points_display(data.table)
+    shown = run_view.points_display(with_cost(data.table, price))
     st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
+    with st.expander("How each point's trust is judged", expanded=False):
+        st.caption("A point's badge is its worst check; its sentence is that check's. Checks whose data this run "
+                   "did not record are left out. Untrusted points are drawn hollow, and the working point passes "
+                   "over them for the largest trusted one, saying so.")
+        st.dataframe(answers_view.rules_table(), hide_index=True, width="stretch")
     for line in run_view.failures(data.table, data.analysis.axis) + run_view.request_failures(data.table,
                                                                                              data.analysis.axis):
         st.caption(plain(line))
@@ -119,6 +133,20 @@ def show_results(data: run_view.RunData, progress: dict) -> None:
     parquet_col.download_button("Download Parquet", run_view.parquet_bytes(data.table),
                                 file_name=f"{run_id}.parquet", mime="application/vnd.apache.parquet",
                                 icon=":material/download:")
+
+
+def price_control(gpu: str) -> float | None:
+    """The price per GPU-hour of this run's GPU type: a setting kept in the history for every run on it."""
+    key = f"gpu_hour_price_{gpu}"
+    if key not in st.session_state:
+        st.session_state[key] = answers_view.stored_price(store, gpu)
+    price = st.number_input(f"Price per GPU-hour of {gpu} (for cost per 1M output tokens)", min_value=0.0,
+                            step=0.5, format="%.2f", key=key, placeholder="not set",
+                            help="Kept per GPU type for every run on it (and for `python -m batchscope report`). "
+                                 "Cost per 1M output tokens = price × GPUs ÷ (output tok/s × 3600) × 10⁶.")
+    if price != answers_view.stored_price(store, gpu):
+        answers_view.save_price(store, gpu, price)
+    return price
 
 
 def show_timeline(data: run_view.RunData) -> None:

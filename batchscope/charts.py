@@ -88,7 +88,9 @@ def throughput_frame(table: pd.DataFrame, run: str = "") -> pd.DataFrame:
         hi = ok.get("output_tokens_per_s_max", ok["output_tokens_per_s"]).fillna(ok["output_tokens_per_s"])
         rows.append(pd.DataFrame({
             "x": ok["x"], "series": "measured", "value": ok["output_tokens_per_s"], "lo": lo, "hi": hi,
-            "note": [f"repeats {num(a)}–{num(b)} tok/s" for a, b in zip(lo, hi)]}))
+            "note": [f"repeats {num(a)}–{num(b)} tok/s{_trust_note(point)}"
+                     for a, b, (_, point) in zip(lo, hi, ok.iterrows())],
+            **_point_kind(ok)}))
     if "predicted_tokens_per_s" in ok:
         reached = ok.get("roofline_pct", pd.Series(float("nan"), index=ok.index))
         rows.append(pd.DataFrame({"x": ok["x"], "series": "roofline prediction",
@@ -115,7 +117,7 @@ def latency_frame(table: pd.DataFrame, percentile: int = 95, run: str = "",
         if column in ok:
             rows.append(pd.DataFrame({"x": ok["x"],
                                       "series": f"{LATENCY_METRICS[metric]} P{percentile}",
-                                      "value": ok[column]}))
+                                      "value": ok[column], **_point_kind(ok)}))
     queue = f"queue_ms_p{percentile}"
     if "ttft" in metrics and queue in ok and ok[queue].notna().any():
         rows.append(pd.DataFrame({"x": ok["x"], "series": f"{QUEUE_SERIES} P{percentile}", "value": ok[queue]}))
@@ -124,6 +126,27 @@ def latency_frame(table: pd.DataFrame, percentile: int = 95, run: str = "",
                                   "value": ok["predicted_step_ms"]}))
     frame = _finish(rows, run, UNITS["latency"])
     return frame[frame["value"] > 0]
+
+
+def _point_kind(ok: pd.DataFrame) -> dict[str, pd.Series]:
+    """How a measured point is drawn: hollow when untrusted (analysis.trust), a diamond when refinement
+    added it; empty for tables without those columns."""
+    kind = {}
+    if "trust" in ok:
+        kind["trust"] = ok["trust"]
+    if "added_for" in ok:
+        kind["added"] = ok["added_for"].notna()
+    return kind
+
+
+def _trust_note(point: pd.Series) -> str:
+    """The tooltip's word on a point's trust and refinement: "; ⚠️ caution: Its 2 repeats span …"."""
+    added = point.get("added_for")
+    text = f"; added by refinement ({added} bracket)" if isinstance(added, str) else ""
+    trust = point.get("trust")
+    if isinstance(trust, str) and trust != "trusted":
+        text += f"; {trust}: {point.get('trust_sentence')}"
+    return text
 
 
 def utilisation_frame(table: pd.DataFrame, run: str = "", columns: Mapping[str, str] | None = None,
@@ -533,8 +556,12 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
         layers.append({"name": f"lines_{name}", "mark": {"type": "line", "strokeWidth": 2, "clip": True},
                        "encoding": {"x": x, "y": y, "color": colour, "strokeDash": dash, "detail": _n("run"),
                                     "opacity": opacity}})
-        layers.append({"mark": {"type": "point", "size": 30, "filled": True, "clip": True},
-                       "encoding": {"x": x, "y": y, "color": colour, "opacity": opacity}})
+        # an untrusted measurement is drawn hollow, a point refinement added as a diamond
+        shape = {"condition": {"test": "datum.added === true", "value": "diamond"}, "value": "circle"}
+        for test, filled in (("datum.trust !== 'untrusted'", True), ("datum.trust === 'untrusted'", False)):
+            layers.append({"mark": {"type": "point", "size": 30 if filled else 60, "filled": filled,
+                                    "strokeWidth": 1.5, "clip": True}, "transform": [{"filter": test}],
+                           "encoding": {"x": x, "y": y, "color": colour, "opacity": opacity, "shape": shape}})
     layers.append({"mark": {"type": "point", "size": 160, "filled": True, "clip": True},
                    "encoding": {"x": x, "y": y, "color": colour, "opacity": _when(HOVER, 1.0, 0.0), **order}})
     tooltip = [_n("run"), _n("series", title="part" if stacked else "series"), _q("x", title=x_name, format="~g"),

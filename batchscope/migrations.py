@@ -108,9 +108,19 @@ _V6_OUTLIER_STEPS = [  # measured steps over 5× the median of their peers (runn
     "ALTER TABLE points ADD COLUMN outlier_steps BIGINT",
 ]
 
+_V7_TRUST = [  # trust checks' telemetry and refinement's mark (runners/schemas.py TRUST_SUMMARY, docs/trust.md)
+    f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
+        ("sm_clock_mhz_min", "DOUBLE"), ("sm_clock_mhz_max", "DOUBLE"), ("clock_reasons", "VARCHAR"),
+        ("gpu_processes_max", "INTEGER"), ("added_for", "VARCHAR"))
+] + [
+    "ALTER TABLE requests ADD COLUMN generated_len INTEGER",
+    "ALTER TABLE samples ADD COLUMN clock_reasons BIGINT",
+    "ALTER TABLE samples ADD COLUMN gpu_processes INTEGER",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
 MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
-                               _V6_OUTLIER_STEPS]
+                               _V6_OUTLIER_STEPS, _V7_TRUST]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -17,9 +18,12 @@ import pandas as pd
 from batchscope import config
 from batchscope.analysis import SLO, Analysis, analyse
 from batchscope.analysis.axis import BATCH, SweepAxis
+from batchscope.analysis.cost import at_working_point, device_type, parse_price, setting_key, with_cost
 from batchscope.analysis.marker import num, pct
 from batchscope.analysis.model_facts import quant_note
+from batchscope.analysis.regression import Comparison, compare
 from batchscope.store import Store
+from runners.spec.refine import PLATEAU_GAIN
 
 EXIT_USAGE = 2
 
@@ -32,10 +36,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--slo-metric", choices=["e2e", "ttft", "itl"], default=None)
     parser.add_argument("--slo-pct", type=int, choices=[50, 95, 99], default=None)
     parser.add_argument("--slo-ms", type=float, default=None, help="latency objective in ms; no SLO without it")
-    parser.add_argument("--plateau-gain", type=float, default=0.10,
+    parser.add_argument("--plateau-gain", type=float, default=PLATEAU_GAIN,
                         help="a doubling that adds less than this share of throughput is on the plateau")
     parser.add_argument("--format", choices=["md", "json"], default="md")
+    parser.add_argument("--baseline", metavar="OTHER_RUN_ID", default=None,
+                        help="compare with an earlier run: best throughput beyond noise, working point moved")
+    parser.add_argument("--gpu-hour-price", type=float, default=None, metavar="PRICE",
+                        help="price per GPU-hour for cost per 1M output tokens (default: the price the app "
+                             "stores for this run's GPU type, if any)")
     args = parser.parse_args(argv)
+    if args.gpu_hour_price is not None:
+        try:
+            parse_price(str(args.gpu_hour_price))
+        except ValueError as err:
+            parser.error(str(err))
     if args.slo_ms is None and (args.slo_metric or args.slo_pct):
         parser.error("--slo-metric and --slo-pct need --slo-ms")
     if args.slo_ms is not None and not args.slo_ms > 0:
@@ -52,21 +66,51 @@ def main(argv: list[str]) -> int:
     if not db.is_file():
         print(f"No history database at {db}; pass --db or ingest a run first.", file=sys.stderr)
         return EXIT_USAGE
+    slo = None if args.slo_ms is None else SLO(args.slo_metric or "e2e", args.slo_pct or 95, args.slo_ms)
     try:
         with Store(db) as store:
-            run = store.run(args.run_id)
-            if run is None:
-                print(f"Unknown run id {args.run_id!r} in {db}.", file=sys.stderr)
-                return EXIT_USAGE
-            points = store.points([args.run_id])
-            calibration = run.get("calibration") or _cached_calibration(store, run)
+            loaded = {}
+            for run_id in filter(None, (args.run_id, args.baseline)):
+                if store.run(run_id) is None:
+                    print(f"Unknown run id {run_id!r} in {db}.", file=sys.stderr)
+                    return EXIT_USAGE
+                loaded[run_id] = _load(store, run_id, slo, args.plateau_gain)
+            run, analysis = loaded[args.run_id]
+            price = args.gpu_hour_price
+            if price is None:
+                try:
+                    price = parse_price(store.setting(setting_key(device_type(run))))
+                except ValueError:
+                    price = None  # a bad stored price is the app's to report; the report goes without cost
     except duckdb.IOException as err:
         print(f"Cannot open {db} (is the dashboard holding it?): {err}", file=sys.stderr)
         return 1
-    slo = None if args.slo_ms is None else SLO(args.slo_metric or "e2e", args.slo_pct or 95, args.slo_ms)
-    analysis = analyse(points, run.get("model"), calibration, slo, args.plateau_gain)
-    print(to_json(run, analysis) if args.format == "json" else to_markdown(run, analysis))
+    versus = None
+    if args.baseline is not None:
+        baseline, base = loaded[args.baseline]
+        versus = compare(run, analysis, baseline, base)
+    report = Report(run, analysis, price, versus)
+    print(to_json(report) if args.format == "json" else to_markdown(report))
     return 0
+
+
+def _load(store: Store, run_id: str, slo: SLO | None, plateau_gain: float) -> tuple[dict, Analysis]:
+    """A stored run and its analysis (with each point's trust verdict) under `slo`."""
+    run = store.run(run_id)
+    calibration = run.get("calibration") or _cached_calibration(store, run)
+    return run, analyse(store.points([run_id]), run.get("model"), calibration, slo, plateau_gain,
+                        evidence=store.point_evidence(run_id))
+
+
+@dataclass
+class Report:
+    """What one report says: the run and its analysis, the price per GPU-hour it was costed at (None:
+    no cost) and the comparison with a baseline run (None: none asked for)."""
+
+    run: dict
+    analysis: Analysis
+    price: float | None = None
+    versus: Comparison | None = None
 
 
 def _cached_calibration(store: Store, run: dict) -> dict | None:
@@ -84,13 +128,21 @@ def run_header(run: dict) -> dict:
     return {"model": name, **{k: run.get(k) for k in keys}}
 
 
-def to_json(run: dict, analysis: Analysis) -> str:
-    return json.dumps({"run": run_header(run), "calibration": run.get("calibration"), **analysis.to_dict()},
+def to_json(report: Report) -> str:
+    run, analysis = report.run, report.analysis
+    found = analysis.to_dict()
+    found["points"] = json.loads(with_cost(analysis.table, report.price).to_json(orient="records"))
+    return json.dumps({"run": run_header(run), "calibration": run.get("calibration"), **found,
+                       "gpu_hour_price": report.price,
+                       "working_point_cost": at_working_point(analysis.table, analysis.working_point, report.price),
+                       "baseline": None if report.versus is None else report.versus.to_dict()},
                       indent=2, default=str)
 
 
-def to_markdown(run: dict, analysis: Analysis) -> str:
-    """A title, the markers with their sentences, the notes, then one table row per point."""
+def to_markdown(report: Report) -> str:
+    """A title, the markers with their sentences, the working point's cost, the notes, the comparison with a
+    baseline, then one table row per point."""
+    run, analysis = report.run, report.analysis
     head = run_header(run)
     lines = [f"# {head['name'] or head['run_id']} ({head['run_id']})", "",
              f"{head['model']} · {head['dtype']} · {head['engine']} · {head['gpu_name'] or 'unknown device'} · "
@@ -110,10 +162,30 @@ def to_markdown(run: dict, analysis: Analysis) -> str:
              else "none (memory-bound at every batch)" if analysis.ridge_batch is None
              else f"≈ {num(analysis.ridge_batch)}")
     lines += [f"- **ridge batch**: {ridge}", ""]
+    cost = at_working_point(analysis.table, analysis.working_point, report.price)
+    if cost:
+        lines += [cost, ""]
     if analysis.notes:
         lines += ["## Notes", ""] + [f"- {note}" for note in analysis.notes] + [""]
-    lines += ["## Points", "", *points_table(analysis.table, slo, analysis.axis)]
+    if report.versus is not None:
+        lines += baseline_lines(report.versus)
+    lines += ["## Points", ""]
+    if "added_for" in analysis.table and analysis.table["added_for"].notna().any():
+        lines += ["A `+` after a value marks a point the runner's refinement added.", ""]
+    lines += points_table(with_cost(analysis.table, report.price), slo, analysis.axis)
     return "\n".join(lines)
+
+
+def baseline_lines(versus: Comparison) -> list[str]:
+    """The comparison with the baseline: the verdict first, then what moved and any configuration difference."""
+    verdict = ("**Regression**: slower beyond noise" if versus.slower else
+               "**Flagged**: moved beyond noise" if versus.flagged else "Not flagged: nothing moved beyond noise")
+    lines = [f"## Against baseline {versus.baseline_id}", "", f"{verdict}.", ""]
+    lines += [f"- {sentence}" for sentence in versus.sentences]
+    if versus.differences:
+        lines.append(f"- The configurations differ, so this is not a like-for-like comparison: "
+                     f"{'; '.join(versus.differences)}.")
+    return lines + [""]
 
 
 def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) -> list[str]:
@@ -123,17 +195,27 @@ def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) 
         latency.append((slo.column, f"{slo.name} ms"))
     along = [] if axis.key == "batch_size" else [axis.noun]
     limit = "batch" if axis.key == "batch_size" else "max_num_seqs"  # the batch bound of each point
-    header = (along + [limit, "status", "out tok/s (min–max)", "decode step ms", "roofline ms", "% of roofline", "bound"]
-              + [label for _, label in latency] + ["peak alloc GiB"])
+    costed = "cost_per_mtok" in table and table["cost_per_mtok"].notna().any()
+    header = (along + [limit, "status", "trust", "out tok/s (min–max)", "decode step ms", "roofline ms",
+                       "% of roofline", "bound"]
+              + [label for _, label in latency] + ["peak alloc GiB", "J / out token"]
+              + (["cost / 1M out tok"] if costed else []))
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, p in table.iterrows():
         bound = p["batch_size"] if axis.key == "batch_size" else p.get("max_num_seqs", p["batch_size"])
-        cells = [axis.value(p["x"]) for _ in along] + [str(int(bound)), _status(p), _spread(p), _cell(p.get("decode_step_ms")),
+        cells = [axis.value(p["x"]) for _ in along] + [_added(p, str(int(bound))), _status(p), _text(p.get("trust")),
+                 _spread(p), _cell(p.get("decode_step_ms")),
                  _cell(p.get("predicted_step_ms")), _cell(p.get("roofline_pct")), _text(p.get("bound"))]
         cells += [_cell(p.get(column)) for column, _ in latency]
-        cells.append(_cell(p.get("mem_peak_allocated"), scale=1024**3))
+        cells += [_cell(p.get("mem_peak_allocated"), scale=1024**3), _cell(p.get("energy_per_output_token_j"))]
+        cells += [_cell(p.get("cost_per_mtok"))] if costed else []
         rows.append("| " + " | ".join(cells) + " |")
     return rows
+
+
+def _added(point: pd.Series, value: str) -> str:
+    """The point's value, marked `+` when refinement added it."""
+    return f"{value} +" if isinstance(point.get("added_for"), str) else value
 
 
 def _status(point: pd.Series) -> str:

@@ -242,6 +242,24 @@ class Store:
             [run_id, point_index],
         )
 
+    def point_evidence(self, run_id: str) -> pd.DataFrame:
+        """Per stored point, what the trust checks read beyond its summary: each repeat's output tokens/s
+        in repeat order, the requests (tokens requested and delivered) and the measured steps."""
+        return self._frame(
+            """WITH q AS (SELECT point_index, count(*) AS requests, sum(output_len) AS requested_tokens,
+                                 sum(generated_len) AS generated_tokens
+                          FROM requests WHERE run_id = ? GROUP BY point_index),
+                    s AS (SELECT point_index, count(*) AS steps FROM steps WHERE run_id = ? GROUP BY point_index),
+                    r AS (SELECT point_index, list(output_tokens_per_s ORDER BY repeat) AS repeat_tokens_per_s
+                          FROM repeats WHERE run_id = ? GROUP BY point_index)
+               SELECT p.point_index, q.requests, q.requested_tokens, q.generated_tokens, s.steps,
+                      r.repeat_tokens_per_s
+               FROM points p LEFT JOIN q USING (point_index) LEFT JOIN s USING (point_index)
+                    LEFT JOIN r USING (point_index)
+               WHERE p.run_id = ? ORDER BY p.point_index""",
+            [run_id] * 4,
+        )
+
     def calibration(self, key: str) -> dict[str, Any] | None:
         """The calibration.json last stored under `key` (GPU name + driver + dtype)."""
         row = self._cursor().execute("SELECT data_json FROM calibrations WHERE key = ?", [key]).fetchone()

@@ -23,6 +23,10 @@ CONTINUOUS_SUMMARY = (
 PARALLEL_SUMMARY = [("tensor_parallel", I), ("replicas", I), ("comm_ms_per_step", F), ("comm_share", F),
                     ("comm_source", S)]
 
+# what a tuner needs to trust a point (docs/trust.md) and whether refinement added it (docs/run-folder.md)
+TRUST_SUMMARY = [("sm_clock_mhz_min", F), ("sm_clock_mhz_max", F), ("clock_reasons", S), ("gpu_processes_max", I),
+                 ("added_for", S)]
+
 SUMMARY = pa.schema(
     [("point_index", I), ("batch_size", I), ("status", S), ("error", S), ("repeats", I), ("warmup", I),
      ("prompt_len_mean", F), ("output_len_mean", F), ("prefill_ms", F), ("decode_step_ms", F),
@@ -39,6 +43,7 @@ SUMMARY = pa.schema(
        ("timing", S), ("util_source", S)]
     + CONTINUOUS_SUMMARY
     + PARALLEL_SUMMARY
+    + TRUST_SUMMARY
 )
 
 DETAIL = {
@@ -47,7 +52,8 @@ DETAIL = {
                           ("output_tokens_per_s", F), ("input_tokens_per_s", F), ("requests_per_s", F)]),
     "requests": pa.schema([("point_index", I), ("repeat", I), ("request_index", I), ("batch_size", I),
                            ("prompt_len", I), ("output_len", I), ("queue_ms", F), ("ttft_ms", F),
-                           ("e2e_ms", F), ("itl_ms_mean", F), ("itl_ms_p95", F), ("replica", I)]),
+                           ("e2e_ms", F), ("itl_ms_mean", F), ("itl_ms_p95", F), ("replica", I),
+                           ("generated_len", I)]),
     "steps": pa.schema([("point_index", I), ("repeat", I), ("step_index", I), ("phase", S),
                         ("start_ms", F), ("duration_ms", F), ("active_seqs", I), ("active_tokens", I64),
                         ("batch_rows", I), ("prefill_tokens", I64), ("decode_tokens", I64), ("replica", I)]),
@@ -55,5 +61,6 @@ DETAIL = {
                           ("gpu_util_pct", F), ("mem_ctrl_util_pct", F), ("mem_used_bytes", I64),
                           ("power_w", F), ("sm_clock_mhz", F), ("sm_util_pct", F), ("sm_occupancy_pct", F),
                           ("tensor_active_pct", F), ("dram_bw_util_pct", F), ("cpu_pct", F),
-                          ("rss_bytes", I64), ("source", S), ("gpu_index", I)]),
+                          ("rss_bytes", I64), ("source", S), ("gpu_index", I), ("clock_reasons", I64),
+                          ("gpu_processes", I)]),
 }

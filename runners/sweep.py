@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,12 @@ from runners.calibrate import CalibrationError, calibrate
 from runners.engines import make_engine
 from runners.engines.base import Engine
 from runners.engines.group import GroupEngine, local_engine
+from runners.metrics.summary import Summary
 from runners.modes import MODES, endpoint
 from runners.modes.context import PointContext, Stages
 from runners.progress import Progress
 from runners.runfolder import RunWriter, make_out_dir
-from runners.spec import SweepSpec, point_count, points
+from runners.spec import Point, SweepSpec, point_count, points, refine
 from runners.spec.parallel import world_size
 from runners.telemetry import Sampler
 
@@ -43,14 +45,17 @@ class Sweep:
                    if self.spec.mode == "endpoint" else self._context(team))
             run_point = MODES[self.spec.mode].run_point
             planned = points(self.spec)
+            seen: list[refine.Seen] = []
             for index, point in enumerate(planned):
                 summary = run_point(ctx, index, point)
+                seen.append(self._seen(point, summary))
                 self.folder.update(points_done=index + 1)
                 if summary["status"] == "oom" and self.spec.on_oom == "stop" and index + 1 < len(planned):
                     note = f"stopped after OOM at {point.label}; {point.larger} not run"
                     self.folder.update(stopped_early=note)
                     self.folder.log(note)
                     break
+            self._refine(ctx, run_point, planned[0], seen)
             self.folder.finish("done")
             return "done"
         except cancel.Cancelled:
@@ -67,6 +72,31 @@ class Sweep:
                 team.close(graceful=self.folder.status["state"] == "done")
             self.sampler.stop()
             self.progress.close()
+
+    def _refine(self, ctx: PointContext, run_point: Callable[[PointContext, int, Point], Summary], template: Point,
+                seen: list[refine.Seen]) -> None:
+        """Add points after the planned ones until the brackets are narrow or `refine_points` are spent
+        (runners.spec.refine); each is numbered after the last point and marked with its reason."""
+        spec = self.spec
+        target = refine.parse_target(spec.refine_slo) if spec.refine_slo else None
+        for added in range(spec.refine_points):
+            proposal = refine.next_point(seen, target, spec.refine_tolerance, refine.is_whole(template))
+            if proposal is None:
+                break
+            point = refine.at(template, proposal.x, proposal.reason)
+            index = len(seen)
+            self.progress.total = index + 1
+            self.folder.update(points_total=index + 1)
+            self.folder.log(f"refine ({proposal.reason}): adding {point.label}, between {proposal.lo:g} and "
+                            f"{proposal.hi:g} ({added + 1} of at most {spec.refine_points})")
+            seen.append(self._seen(point, run_point(ctx, index, point)))
+            self.folder.update(points_done=index + 1)
+
+    def _seen(self, point: Point, summary: Summary) -> refine.Seen:
+        """What refinement reads of a finished point: its axis value, throughput and the SLO's latency."""
+        column = refine.parse_target(self.spec.refine_slo).column if self.spec.refine_slo else None
+        return refine.Seen(float(getattr(point, point.axis)), summary.ok, summary["output_tokens_per_s"],
+                           summary[column] if column else None)
 
     def _context(self, team: parallel.Team | None) -> PointContext:
         """Load the model, build the engine, and write the run's env, model and calibration files."""

@@ -26,7 +26,18 @@ GPM_METRICS = {
     "dram_bw_util_pct": "NVML_GPM_METRIC_DRAM_BW_UTIL",
 }
 SAMPLE_COLUMNS = ("gpu_util_pct", "mem_ctrl_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz",
-                  *GPM_METRICS, "cpu_pct", "rss_bytes")
+                  *GPM_METRICS, "cpu_pct", "rss_bytes", "clock_reasons", "gpu_processes")
+# NVML's clocks event (throttle) reason bits, fixed by its ABI; names as the summary's clock_reasons lists them
+CLOCK_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                 0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
+                 0x100: "display_clocks"}
+
+
+def clock_reason_names(bits: int) -> list[str]:
+    """The reasons set in an NVML clocks event mask, lowest bit first (unknown bits as hex)."""
+    names = [name for bit, name in CLOCK_REASONS.items() if bits & bit]
+    rest = bits & ~sum(CLOCK_REASONS)
+    return names + ([hex(rest)] if rest else [])
 
 
 def nvml_handle(device: torch.device) -> Any | None:
@@ -95,9 +106,31 @@ class _GpuProbe:
             "power_w": pynvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0,
             "sm_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(self.handle, pynvml.NVML_CLOCK_SM)),
         }
+        reasons = self._clock_reasons()
+        if reasons is not None:
+            row["clock_reasons"] = reasons
         if self.gpm:
             row.update(self._gpm_read())
         return row
+
+    def _clock_reasons(self) -> int | None:
+        """Why the SM clock is below its maximum now (NVML's bit mask); None where the driver cannot say."""
+        read = (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons)
+        try:
+            return int(read(self.handle))
+        except pynvml.NVMLError:
+            return None
+
+    def processes(self) -> int | None:
+        """How many processes hold this GPU (compute or graphics), this sweep's own included; None where
+        NVML cannot list them. A container that hides other PID namespaces may list none at all."""
+        try:
+            listed = (pynvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
+                      + pynvml.nvmlDeviceGetGraphicsRunningProcesses(self.handle))
+        except pynvml.NVMLError:
+            return None
+        return len({p.pid for p in listed})
 
     def _gpm_read(self) -> dict[str, float]:
         sample = pynvml.nvmlGpmSampleGet(self.handle, pynvml.nvmlGpmSampleAlloc())
@@ -149,10 +182,11 @@ class Sampler:
     def set_context(self, point_index: int, stage: str) -> None:
         """Close the old stage and open the new one with a sample each, so even a stage shorter than
         the sampling period (a tiny CPU batch) has its own numbers. Stage changes happen between
-        timed repeats, never inside one."""
+        timed repeats, never inside one, so the opening sample also lists the GPU's processes (too
+        slow a call for every tick)."""
         self._take()
         self.context = (point_index, stage)
-        self._take()
+        self._take(processes=True)
 
     def peak_rss(self) -> int:
         """The highest resident memory seen since the last drain (the current point), or now."""
@@ -164,8 +198,9 @@ class Sampler:
             rows, self._rows = self._rows, []
         return rows
 
-    def _take(self) -> None:
-        """One row from every probe; under the lock because the probes keep state between reads."""
+    def _take(self, processes: bool = False) -> None:
+        """One row from every probe (with `processes`, each GPU's process count too); under the lock
+        because the probes keep state between reads."""
         with self._lock:
             base: dict[str, Any] = dict.fromkeys(SAMPLE_COLUMNS)
             base.update(self.process.read())
@@ -176,6 +211,8 @@ class Sampler:
                 row = {**base, "gpu_index": index}
                 try:
                     row.update(probe.read())
+                    if processes:
+                        row["gpu_processes"] = probe.processes()
                 except Exception:
                     pass  # a transient NVML error loses one sample's GPU numbers, not the sweep
                 self._rows.append(row)

@@ -70,7 +70,7 @@ def test_markdown_report(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
             "(2 200 tok/s → 2 310 tok/s), so the plateau starts at 32.") in text
     assert "- **ridge batch**: ≈ 1 000" in text
     # batch 32 row: 2200 ± 1 % spread, 2.5 ms measured vs 2 ms predicted
-    assert "| 32 | ok | 2 200 (2 178–2 222) | 2.5 | 2 | 80 | memory |" in text
+    assert "| 32 | ok | caution | 2 200 (2 178–2 222) | 2.5 | 2 | 80 | memory |" in text
     assert "| 512 | oom: CUDA out of memory |" in text
 
 
@@ -102,3 +102,48 @@ def test_analysis_and_report_never_load_torch() -> None:
     code = "import sys, batchscope.analysis, batchscope.report; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def _slower_copy(db: Path, run_id: str, factor: float) -> None:
+    """Run `run_id`: r1's configuration and points with every throughput scaled by `factor`."""
+    with Store(db) as store:
+        r1 = store.run("r1")
+        store.upsert_run(run_id, db.parent / run_id, {**r1["spec"], "created_at": "2027-01-01T00:00:00"},
+                         {"state": "done"}, None, MODEL, CALIBRATION)
+        rows = store.points(["r1"]).drop(columns=["run_id"])
+        for column in ("output_tokens_per_s", "output_tokens_per_s_min", "output_tokens_per_s_max"):
+            rows[column] = rows[column] * factor
+        for i, row in rows.iterrows():
+            store.add_point(run_id, int(row["point_index"]), pa.Table.from_pandas(rows.loc[[i]], preserve_index=False), {})
+
+
+def test_baseline_flags_a_regression_headless(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _slower_copy(db, "r2", 0.9)
+    assert report.main(["r2", "--db", str(db), "--baseline", "r1", "--slo-ms", "1000"]) == 0
+    text = capsys.readouterr().out
+    # best 2 500 ± 1 % → 2 250 ± 1 %: the spreads (2 475–2 525, 2 227.5–2 272.5) are apart
+    assert "## Against baseline r1\n\n**Regression**: slower beyond noise." in text
+    assert "- Best throughput fell 10 %, 2 500 tok/s (2 475–2 525 tok/s) → 2 250 tok/s" in text
+    assert report.main(["r2", "--db", str(db), "--baseline", "r1", "--format", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)["baseline"]
+    assert found["flagged"] and found["best_change"] == pytest.approx(-0.1) and found["differences"] == []
+    _slower_copy(db, "r3", 1.005)
+    assert report.main(["r3", "--db", str(db), "--baseline", "r1"]) == 0
+    assert "Not flagged: nothing moved beyond noise." in capsys.readouterr().out
+    assert report.main(["r3", "--db", str(db), "--baseline", "nope"]) == 2
+    assert "Unknown run id 'nope'" in capsys.readouterr().err
+
+
+def test_cost_per_million_tokens_from_the_flag_or_the_stored_price(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert report.main(["r1", "--db", str(db), "--gpu-hour-price", "3.6"]) == 0
+    text = capsys.readouterr().out
+    # working point 32 at 2 200 tok/s: 3.6 / (2200 × 3600) × 1e6 = $0.4545
+    assert "At the working point: $0.455 per million output tokens at $3.6 per GPU-hour × 1 GPU" in text
+    assert "| cost / 1M out tok |" in text
+    with Store(db) as store:
+        store.set_setting("gpu_hour_price:unknown device", "7.2")
+    assert report.main(["r1", "--db", str(db), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpu_hour_price"] == 7.2 and out["points"][5]["cost_per_mtok"] == pytest.approx(7.2 / (2200 * 3600) * 1e6)
+    with pytest.raises(SystemExit):
+        report.main(["r1", "--db", str(db), "--gpu-hour-price", "-1"])

@@ -48,7 +48,7 @@ def test_new_file_gets_current_schema(tmp_path: Path) -> None:
     path = tmp_path / "fresh.duckdb"
     Store(path).close()
     con = duckdb.connect(str(path))
-    assert schema_version(con) == CURRENT_VERSION == 6
+    assert schema_version(con) == CURRENT_VERSION == 7
     tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert {"runs", "points", "repeats", "requests", "steps", "samples", "calibrations",
             "schema_version"} <= tables
@@ -75,6 +75,7 @@ def test_version_1_file_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
         assert runs.loc[0, "best_output_tokens_per_s"] == 123.0
         old_point = store.points(["old-run"])
         assert old_point.loc[0, "output_tokens_per_s"] == 123.0 and pd.isna(old_point.loc[0, "outlier_steps"])
+        assert pd.isna(old_point.loc[0, "added_for"])
     con = duckdb.connect(str(path))
     assert schema_version(con) == CURRENT_VERSION
     assert [row[0] for row in con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()] == list(range(1, CURRENT_VERSION + 1))

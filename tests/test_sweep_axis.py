@@ -15,7 +15,7 @@ from batchscope import charts
 from batchscope.analysis import SLO, analyse, memory_split
 from batchscope.analysis.axis import AXES, BATCH, axes_of, axis_of, sweep_x
 from batchscope.ingest import ingest_run
-from batchscope.report import to_markdown
+from batchscope.report import Report, to_markdown
 from batchscope.ui import history_view, run_view
 from tests.runner_helpers import run_runner
 from batchscope.analysis.model_facts import model_facts
@@ -66,7 +66,7 @@ def test_rate_sweep_knee_slo_limit_and_working_point_are_rates() -> None:
     assert "Doubling past arrival rate 4 req/s adds only 1.7 %" in result.plateau.sentence
     assert any(note.startswith("No roofline along arrival rate") for note in result.notes)
     assert result.table["x"].tolist() == RATES and result.table["predicted_tokens_per_s"].isna().all()
-    report = to_markdown(_run_record(), result)
+    report = to_markdown(Report(_run_record(), result))
     assert "| arrival rate | max_num_seqs |" in report and "| 0.5 req/s | 8 | ok |" in report and "ridge batch**: n/a (not a batch-size sweep)" in report
 
 

@@ -3,6 +3,7 @@ import pytest
 
 from runners.metrics.utilisation import Window, tag_samples, utilisation
 from runners.schemas import UTIL_MEANS
+from runners.telemetry import clock_reason_names
 
 WINDOW = [Window(0, 100.0, 100.5, 102.0)]  # repeat 0 ran from host time 100 s to 102 s; first token at 100.5 s
 POINT, TOKENS = 3, 40  # point 3 produced 40 output tokens in its measured repeats
@@ -54,3 +55,20 @@ def test_samples_are_tagged_by_repeat_window_and_first_token():
     rows = [{"host_t": t, "stage": "measure", "t_s": t} for t in (99.0, 100.2, 101.0, 103.0)]
     tagged = tag_samples(rows, WINDOW)
     assert [(r["repeat"], r["phase"]) for r in tagged] == [(-1, "idle"), (0, "prefill"), (0, "decode"), (-1, "idle")]
+
+
+def test_clock_range_reasons_and_processes_for_the_trust_checks():
+    """SM clock min/max and NVML's clock event reasons come from the repeats' samples only; the process
+    count (listed at each stage's first sample) from any of the point's samples."""
+    rows = [sample(3, "setup", -1, "setup", 100.0, 10.0), sample(3, "measure", 0, "decode", 400.0, 100.0),
+            sample(3, "measure", 0, "decode", 400.0, 100.0)]
+    for row, clock, reasons, processes in zip(rows, (900.0, 1980.0, 1700.0), (0x1, 0x4, 0x4 | 0x40), (2, None, None)):
+        row.update(sm_clock_mhz=clock, clock_reasons=reasons, gpu_processes=processes)
+    out = utilisation(rows, POINT, WINDOW, TOKENS)
+    assert (out["sm_clock_mhz_min"], out["sm_clock_mhz_max"]) == (1700.0, 1980.0)  # setup's idle 900 MHz left out
+    assert out["clock_reasons"] == "sw_power_cap,hw_thermal" and out["gpu_processes_max"] == 2
+    cpu = [sample(3, "measure", 0, "decode", None, None)]  # a CPU run records none of them
+    assert {k: utilisation(cpu, POINT, WINDOW, TOKENS)[k] for k in ("sm_clock_mhz_min", "clock_reasons",
+                                                                     "gpu_processes_max")} == dict.fromkeys(
+        ("sm_clock_mhz_min", "clock_reasons", "gpu_processes_max"))
+    assert clock_reason_names(0x8 | 0x400) == ["hw_slowdown", "0x400"]

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from runners.spec.refine import PLATEAU_GAIN
+
 from batchscope.analysis.axis import BATCH, SweepAxis, axis_of, sweep_x
 from batchscope.analysis.curve import excluded_notes, ok_curve, oom_ceiling
 from batchscope.analysis.knee import kneedle, plateau
@@ -19,6 +21,7 @@ from batchscope.analysis.memory import memory_split, predict_memory, predict_mem
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.roofline import ROOFLINE_COLUMNS, context_per_row, predicted_curve, ridge_batch, roofline_table
 from batchscope.analysis.slo import SLO, slo_limit
+from batchscope.analysis.trust import assess
 from batchscope.analysis.working_point import working_point
 
 __all__ = ["SLO", "Analysis", "Marker", "SweepAxis", "analyse", "memory_split", "model_facts", "predict_memory",
@@ -37,7 +40,7 @@ class Analysis:
     ridge_batch: float | None
     notes: list[str] = field(default_factory=list)
     slo: SLO | None = None
-    plateau_gain: float = 0.10
+    plateau_gain: float = PLATEAU_GAIN
     axis: SweepAxis = BATCH
 
     def markers(self) -> dict[str, Marker | None]:
@@ -57,12 +60,15 @@ class Analysis:
 
 
 def analyse(points: pd.DataFrame, model: dict | None, calibration: dict | None, slo: SLO | None = None,
-            plateau_gain: float = 0.10) -> Analysis:
+            plateau_gain: float = PLATEAU_GAIN, evidence: pd.DataFrame | None = None) -> Analysis:
     """Analyse one run's points (the summary columns, status ok|oom|error) against its model and ceilings.
 
     The rules run along the run's own axis (batch size, or a continuous sweep's max_num_seqs,
-    concurrency or arrival rate); the table gains that axis as column `x`.
+    concurrency or arrival rate); the table gains that axis as column `x`, and each point's trust
+    verdict (`trust`, `trust_sentence`, see analysis.trust) from its summary and `evidence`
+    (Store.point_evidence), judged at the SLO's latency percentile (P95 TTFT without one).
     """
+    points = points.assign(**assess(points, evidence, slo.percentile if slo else 95, slo.metric if slo else "ttft"))
     axis = axis_of(points)
     notes = excluded_notes(points, axis)
     curve = ok_curve(points)

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from kneed import KneeLocator
 
+from runners.spec.refine import PLATEAU_GAIN
+
 from batchscope.analysis.axis import BATCH, SweepAxis
 from batchscope.analysis.curve import tok_s
 from batchscope.analysis.marker import Marker, pct
@@ -43,7 +45,7 @@ def gains_per_doubling(curve: pd.DataFrame) -> np.ndarray:
     return (tput[1:] / tput[:-1]) ** (1.0 / doublings) - 1.0
 
 
-def plateau(curve: pd.DataFrame, gain: float = 0.10, axis: SweepAxis = BATCH,
+def plateau(curve: pd.DataFrame, gain: float = PLATEAU_GAIN, axis: SweepAxis = BATCH,
             ceiling: float | None = None) -> PlateauCall:
     """The smallest batch after which every step adds less than `gain` throughput per doubling.
 

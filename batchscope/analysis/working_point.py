@@ -16,7 +16,9 @@ def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
 
     When noise leaves the plateau undecided, `plateau.limit` is the latest batch it can start at
     and that is the bound (see `knee.plateau`). `ceiling` (the x that ran out of memory past the last
-    ok point) is named instead of advice to try larger batches.
+    ok point) is named instead of advice to try larger batches. An untrusted point (analysis.trust) is
+    passed over for the largest trusted one that qualifies, and the sentence says so; when none is
+    trusted, the rule's pick stands and its sentence says it is untrusted.
     """
     if curve.empty:
         return None, ["No ok point, so there is no working point."]
@@ -30,7 +32,18 @@ def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
                       f"{slo.name} SLO."]
     point = curve.loc[allowed[allowed].index.max()]
     x = point["x"]
-    return Marker(x, "working point", _why(point, x, curve, plateau, slo, axis, ceiling)), []
+    if point.get("trust") != "untrusted":
+        return Marker(x, "working point", _why(point, x, curve, plateau, slo, axis, ceiling)), []
+    trusted = allowed & curve["trust"].ne("untrusted")
+    if not trusted.any():
+        why = _why(point, x, curve, plateau, slo, axis, ceiling)
+        return Marker(x, "working point", f"{why} Its measurement is untrusted, and no trusted {axis.noun} "
+                                          f"qualifies: {point['trust_sentence']}"), []
+    safe = curve.loc[trusted[trusted].index.max()]
+    return Marker(safe["x"], "working point", (
+        f"{axis.at_start(safe['x'])} is recommended ({tok_s(safe['output_tokens_per_s'])}): {axis.at(x)} qualifies "
+        f"but its measurement is untrusted ({point['trust_sentence'].rstrip('.')}), and {axis.value(safe['x'])} is "
+        f"the largest trusted {axis.noun} at or before it.")), []
 
 
 def _why(point: pd.Series, x: float, curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,

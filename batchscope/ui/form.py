@@ -14,6 +14,7 @@ from batchscope.analysis.memory import predict_memory_for_spec
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.slo import SLO
 from batchscope.jobs import device_key
+from batchscope.ui.slo_control import slo_param
 from runners import distributions
 from runners.spec import SpecError, SweepSpec, model_context, parse_batch_sizes, problems, validate
 from runners.spec.sweep import check_draws
@@ -48,6 +49,7 @@ class SweepForm:
     on_oom: str = _CLI.on_oom
     name: str = ""
     slo: SLO | None = None  # marks the SLO limit on the Run page; a continuous sweep also counts goodput by it
+    refine_points: int = _CLI.refine_points  # points the runner may add toward the SLO limit (the form's SLO) and knee
     # continuous mode (runners/spec/continuous.py)
     max_num_seqs: str = "1,2,4,8,16"
     load: str = "arrival"  # "arrival" (Poisson) or "concurrency" (closed loop)
@@ -74,7 +76,8 @@ class SweepForm:
             "model": self.model.strip(), "dtype": self.dtype, "engine": self.engine, "mode": self.mode,
             "device": self.device, "batch_sizes": self.batch_sizes_text(), "prompt_len": self.prompt_len,
             "output_len": self.output_len, "repeats": self.repeats, "warmup": self.warmup,
-            "seed": self.seed, "on_oom": self.on_oom, "name": self.name.strip(),
+            "seed": self.seed, "on_oom": self.on_oom, "name": self.name.strip(), "refine_points": self.refine_points,
+            **({"refine_slo": slo_param(self.slo)} if self.refine_points and self.slo is not None else {}),
             **self._continuous(),
         }
 

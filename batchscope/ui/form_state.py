@@ -34,6 +34,7 @@ def widget_state(form: SweepForm) -> dict[str, Any]:
         "concurrency": form.concurrency, "num_requests": form.num_requests,
         "max_num_batched_tokens": form.max_num_batched_tokens, "url": form.url, "model_name": form.model_name,
         "api_key_env": form.api_key_env, "server_labels": form.server_labels, "server_command": form.server_command,
+        "refine_points": form.refine_points,
         **slo_control.state(SLO_PREFIX, form.slo),
     }
 
@@ -71,4 +72,5 @@ def form_from_spec(spec: dict[str, Any], slo: SLO | None) -> SweepForm:
         max_num_batched_tokens=int(spec.get("max_num_batched_tokens", defaults.max_num_batched_tokens)),
         **{name: str(spec.get(name) or getattr(defaults, name))
            for name in ("url", "model_name", "api_key_env", "server_labels", "server_command")},
+        refine_points=int(spec.get("refine_points") or 0),
     )

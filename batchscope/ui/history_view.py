@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from batchscope.analysis.cost import with_cost
+from batchscope.analysis.trust import BADGES
 from batchscope.ingest import ingest_run
 from batchscope.jobs import settle_if_runner_gone
 from batchscope.runfolder import RunFolder
@@ -126,9 +128,11 @@ def device_problem(overlay: dict[str, RunData]) -> str | None:
             f"not their numbers.")
 
 
-def comparison_table(overlay: dict[str, RunData]) -> pd.DataFrame:
+def comparison_table(overlay: dict[str, RunData], prices: dict[str, float | None] | None = None) -> pd.DataFrame:
     """One row per overlaid run: where its knee markers fall, its best throughput, its weights and the
-    largest point that fit — the side-by-side a bfloat16 vs fp8 (or fast vs hf-generate) question needs."""
+    largest point that fit — the side-by-side a bfloat16 vs fp8 (or fast vs hf-generate) question needs —
+    and at its working point the cost per 1M output tokens (at `prices`, by label: each run's GPU type's
+    price per GPU-hour), energy per token and throughput per GPU, so TP vs replicas compare in money too."""
     rows = []
     for label, data in overlay.items():
         analysis, table = data.analysis, data.table
@@ -149,9 +153,25 @@ def comparison_table(overlay: dict[str, RunData]) -> pd.DataFrame:
             "first OOM": "—" if oom.empty else axis.value(oom["x"].min()),
             "plateau": marker["plateau"], "Kneedle": marker["Kneedle"],
             "decode step ms (first point)": None if ok.empty else _number(ok.iloc[0].get("decode_step_ms")),
+            **_working_point_cost(data, (prices or {}).get(label)),
             "axis": axis.noun,
         })
     return pd.DataFrame(rows)
+
+
+def _working_point_cost(data: RunData, price: float | None) -> dict[str, object]:
+    """Cost per 1M output tokens, J per output token, output tok/s per GPU and trust at the working point."""
+    marker = data.analysis.working_point
+    table = data.table
+    rows = table[(table["status"] == "ok") & (table["x"] == marker.x)] if marker is not None else table.iloc[:0]
+    if rows.empty:
+        return {"cost / 1M tok at working point": None, "J / token at working point": None,
+                "tok/s per GPU at working point": None, "working point trust": "—"}
+    point = with_cost(rows, price).iloc[0]
+    return {"cost / 1M tok at working point": _number(point["cost_per_mtok"]),
+            "J / token at working point": _number(point.get("energy_per_output_token_j")),
+            "tok/s per GPU at working point": _number(point["output_tokens_per_s_per_gpu"]),
+            "working point trust": BADGES.get(point.get("trust"), "—")}
 
 
 def _number(value: object) -> float | None:

@@ -12,6 +12,7 @@ from batchscope.analysis import SLO, Analysis, analyse, memory_split
 from batchscope.analysis.axis import AXES, SweepAxis, sweep_x
 from batchscope.analysis.marker import pct
 from batchscope.analysis.noise import describe_spread
+from batchscope.analysis.trust import BADGES, NOISY_SPREAD
 from batchscope.store import Store
 from batchscope.ui import tables
 from runners.spec import SweepSpec, points
@@ -57,7 +58,8 @@ STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device'
 # The points table, key columns first (what was run, how it ended, throughput, latency), units in the headers.
 TABLE_COLUMNS = {
     "arrival_rate": "arrival req/s", "concurrency": "clients", "max_num_seqs": "max_num_seqs",
-    "batch_size": "batch", "status": "status", "output_tokens_per_s": "output tok/s",
+    "batch_size": "batch", "status": "status", "trust": "trust", "added_for": "added by refinement",
+    "output_tokens_per_s": "output tok/s",
     "output_tokens_per_s_min": "tok/s min", "output_tokens_per_s_max": "tok/s max",
     "ttft_ms_p50": "TTFT P50 ms", "ttft_ms_p95": "TTFT P95 ms", "ttft_ms_p99": "TTFT P99 ms",
     "itl_ms_p50": "ITL P50 ms", "itl_ms_p95": "ITL P95 ms", "itl_ms_p99": "ITL P99 ms",
@@ -75,8 +77,11 @@ TABLE_COLUMNS = {
     "gpu_util_pct": "GPU util %", "mem_ctrl_util_pct": "mem-ctrl util %", "sm_util_pct": "SM util %",
     "tensor_active_pct": "tensor active %", "cpu_pct": "CPU % (100 = one core)",
     "comm_ms_per_step": "all-reduce ms / step", "comm_share": "all-reduce share %",
-    "energy_per_output_token_j": "J / output token", "setup_ms": "setup ms",
+    "energy_per_output_token_j": "J / output token", "cost_per_mtok": "cost / 1M output tokens",
+    "output_tokens_per_s_per_gpu": "output tok/s per GPU", "setup_ms": "setup ms",
+    "trust_sentence": "why (trust)",
 }
+ADDED_FOR = {"slo": "SLO bracket", "knee": "knee bracket"}  # runners.spec.refine.REASONS in words
 BYTE_COLUMNS = ("mem_peak_allocated", "mem_kv_allocated", "rss_bytes_max")  # shown in GiB
 SHARE_COLUMNS = ("prefill_padding_waste", "decode_padding_waste", "comm_share", "kv_occupancy_mean",
                  "kv_occupancy_max")  # 0..1, shown in %
@@ -176,17 +181,23 @@ def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: 
 
 def points_display(table: pd.DataFrame) -> pd.DataFrame:
     """The table of every point that finished, with readable headers and units (sizes in GiB, shares
-    in %, each float column at the decimals its size deserves). A point that ran out of memory or
+    in %, each float column at the decimals its size deserves), its trust badge and whether refinement
+    added it, and its cost when `table` went through cost.with_cost. A point that ran out of memory or
     failed has no measurements, so it gets one line under the table (`failures`) instead of a row of
     empty cells. Columns a run never recorded are left out."""
     table = table[table["status"] == "ok"]
     columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any() and c != "status"]
     if "sweep_axis" in table and table["sweep_axis"].notna().all():
         columns.remove("batch_size")  # a continuous point's batch_size repeats its limit or its clients
+    if "gpus" not in table or not (table["gpus"] > 1).any():
+        columns = [c for c in columns if c != "output_tokens_per_s_per_gpu"]  # one GPU: the same as output tok/s
     shown = table.assign(x=sweep_x(table)).sort_values("x")
     shown = shown.assign(**{c: shown[c] / GiB for c in BYTE_COLUMNS if c in columns},
                          **{c: shown[c] * 100 for c in SHARE_COLUMNS if c in columns})
-    shown = tables.rounded(shown[columns].astype({c: float for c in columns if c.endswith("tokens_per_s")}))
+    shown = shown.assign(**{c: shown[c].map(words) for c, words in (("trust", BADGES), ("added_for", ADDED_FOR))
+                            if c in columns})
+    rates = {c: float for c in columns if c.endswith(("tokens_per_s", "per_gpu"))}
+    shown = tables.rounded(shown[columns].astype(rates))
     return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
 
 
@@ -286,9 +297,6 @@ def _listed(value: object) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-NOISY_SPREAD = 0.25  # repeats that differ by more than this share of their median make single numbers doubtful
-
-
 def noise_warning(run: dict[str, Any], table: pd.DataFrame, axis: SweepAxis) -> str | None:
     """Why this run's numbers may not repeat, or None: it ran on a CPU, which it shares with everything
     else on the machine (identical tiny sweeps on a 2-core machine gave 28, 728 and 600 tok/s at batch
@@ -355,5 +363,5 @@ def load_run(store: Store, run_id: str, slo: SLO | None) -> RunData | None:
     points = store.points([run_id])
     if points.empty:
         return RunData(run, None, pd.DataFrame(columns=["batch_size", "x", "status", "part", "bytes"]))
-    return RunData(run, analyse(points, run.get("model"), run.get("calibration"), slo), memory_split(points),
-                   store.gpu_utilisation(run_id))
+    analysis = analyse(points, run.get("model"), run.get("calibration"), slo, evidence=store.point_evidence(run_id))
+    return RunData(run, analysis, memory_split(points), store.gpu_utilisation(run_id))

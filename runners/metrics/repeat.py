@@ -21,10 +21,12 @@ class Repeat:
 
 def request_row(base: Row, index: int, prompt_len: int, output_len: int, queue_ms: float | None, ttft_ms: float,
                 e2e_ms: float, gaps: list[float]) -> Row:
-    """A request's row; `gaps` are its inter-token times (none for a one-token request)."""
+    """A request's row; `gaps` are its inter-token times (none for a one-token request), so the tokens
+    the engine delivered to it (`generated_len`, against the requested `output_len`) are one more."""
     return {**base, "request_index": index, "prompt_len": prompt_len, "output_len": output_len,
             "queue_ms": queue_ms, "ttft_ms": ttft_ms, "e2e_ms": e2e_ms,
-            "itl_ms_mean": statistics.fmean(gaps) if gaps else None, "itl_ms_p95": percentile(gaps, 95)}
+            "itl_ms_mean": statistics.fmean(gaps) if gaps else None, "itl_ms_p95": percentile(gaps, 95),
+            "generated_len": len(gaps) + 1}
 
 
 def repeat_row(base: Row, wall_ms: float, prefill_ms: float | None, decode_ms: float | None, output_tokens: int,

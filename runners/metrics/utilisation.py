@@ -1,10 +1,13 @@
 """Utilisation means and energy of one point, from the telemetry samples taken while it ran."""
 from __future__ import annotations
 
+import functools
+import operator
 import statistics
 from typing import Any, NamedTuple
 
 from runners.schemas import UTIL_MEANS
+from runners.telemetry import clock_reason_names
 
 Sample = dict[str, Any]
 
@@ -57,10 +60,23 @@ def utilisation(samples: list[Sample], point_index: int, windows: list[Window], 
     out["cpu_pct"] = mean(measured, "cpu_pct")
     out["rss_bytes_max"] = max((s["rss_bytes"] for s in measured), default=None)
     out["util_source"] = samples[0]["source"] if samples else None
+    out.update(_trust(own, measured))
     out["energy_j"] = _energy(in_repeats, windows)
     out["energy_per_output_token_j"] = (out["energy_j"] / output_tokens
                                         if out["energy_j"] is not None and output_tokens else None)
     return out
+
+
+def _trust(own: list[Sample], measured: list[Sample]) -> dict[str, Any]:
+    """What the trust checks read (docs/trust.md): the SM clock's range and the clock event reasons NVML
+    gave inside the measured repeats, and the most processes any of the point's GPUs held."""
+    clocks = [s["sm_clock_mhz"] for s in measured if s.get("sm_clock_mhz") is not None]
+    masks = [s["clock_reasons"] for s in measured if s.get("clock_reasons") is not None]
+    reasons = clock_reason_names(functools.reduce(operator.or_, masks, 0))
+    processes = [s["gpu_processes"] for s in own if s.get("gpu_processes") is not None]
+    return {"sm_clock_mhz_min": min(clocks, default=None), "sm_clock_mhz_max": max(clocks, default=None),
+            "clock_reasons": ",".join(reasons) if masks else None,
+            "gpu_processes_max": max(processes, default=None)}
 
 
 def _energy(in_repeats: list[Sample], windows: list[Window]) -> float | None:

@@ -109,7 +109,7 @@ class PointContext:
             return summary
 
         summary = self.measure(index, point.batch_size, measure, work.release)
-        summary.update(setup_ms=setup_s * 1000.0, **work.columns)
+        summary.update(setup_ms=setup_s * 1000.0, added_for=point.added_for, **work.columns)
         return self.write(index, point, summary, repeats, windows, work.done)
 
     def memory_baseline(self) -> int:

@@ -53,7 +53,7 @@ def run_point(ctx: PointContext, index: int, point: EndpointPoint) -> Summary:
         return work.summarise(repeats)
 
     summary = ctx.measure(index, point.batch_size, measure, work.release)
-    summary.update(setup_ms=setup_s * 1000.0, **work.columns)
+    summary.update(setup_ms=setup_s * 1000.0, added_for=point.added_for, **work.columns)
     return ctx.write(index, point, summary, repeats, windows, work.done)
 
 

@@ -18,6 +18,7 @@ class ContinuousPoint:
     arrival_rate: float | None  # requests/s (open loop), or None for a closed loop
     concurrency: int | None  # clients (closed loop), or None for Poisson arrivals
     axis: str  # the option the sweep varies: max_num_seqs, arrival_rate or concurrency
+    added_for: str | None = None  # why refinement added it (runners.spec.refine.REASONS); None when planned
     larger = "larger values"  # what an OOM stop leaves out
 
     @property

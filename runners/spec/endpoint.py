@@ -29,6 +29,7 @@ class EndpointPoint:
     concurrency: int | None  # clients (closed loop), or None for Poisson arrivals
     max_num_seqs: int | None  # the server's batch limit, known only when the command templates it
     axis: str  # max_num_seqs, arrival_rate or concurrency
+    added_for: str | None = None  # why refinement added it (runners.spec.refine.REASONS); None when planned
     larger = "larger values"  # what an OOM stop leaves out
 
     @property

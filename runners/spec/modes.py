@@ -17,6 +17,8 @@ class Point(Protocol):
     """One configuration of a sweep, whatever the mode."""
 
     larger: str  # what an OOM stop leaves out: "larger batches", "larger values"
+    axis: str  # the field refinement varies (runners.spec.refine.at)
+    added_for: str | None  # why refinement added it; None for a planned point
 
     @property
     def batch_size(self) -> int: ...

@@ -13,7 +13,9 @@ class StaticPoint:
     """One batch size of a static sweep."""
 
     batch_size: int
+    added_for: str | None = None  # why refinement added it (runners.spec.refine.REASONS); None when planned
     larger = "larger batches"  # what an OOM stop leaves out
+    axis = "batch_size"  # the field refinement varies
 
     @property
     def label(self) -> str:

@@ -30,6 +30,7 @@ PARALLEL = "several processes (static mode; one rank per GPU, on CPU processes s
 CONTINUOUS = "continuous mode (one of --max-num-seqs, --arrival, --concurrency may list values to sweep)"
 ENDPOINT = ("endpoint engine (--engine endpoint: requests go to a running OpenAI-compatible server, with the load "
             "options above; --model names the shapes it serves, for prompt ids and the roofline)")
+REFINE = "refinement (points the runner adds after the planned ones, along the sweep's axis)"
 
 
 @dataclass
@@ -94,6 +95,16 @@ class SweepSpec:
                                       help="a request still unfinished after this many seconds fails (default 600)")
     ready_timeout_s: float = option(600.0, group=ENDPOINT,
                                     help="how long a (re)started server may take to answer (default 600)")
+    refine_points: int = option(0, group=REFINE,
+                                help="at most this many added points (default 0: none): first between the "
+                                     "largest value meeting --refine-slo and the next, which breaks it, then "
+                                     "between the value before the throughput plateau and its start")
+    refine_slo: str = option("", group=REFINE,
+                             help="the latency SLO whose limit to bracket, METRIC:PERCENTILE:MS (ttft, itl or "
+                                  "e2e; 50, 95 or 99), e.g. ttft:95:1000; without it only the plateau is refined")
+    refine_tolerance: float = option(0.05, group=REFINE,
+                                     help="a bracket is done when its upper end is within this share of its "
+                                          "lower end (default 0.05); whole-number axes stop at neighbours")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,7 +9,7 @@ from typing import Any
 from runners import distributions
 from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES, QUANT_ENGINES
-from runners.spec import parallel
+from runners.spec import parallel, refine
 from runners.spec.modes import MODE_SPECS, MODES
 from runners.spec.options import SpecError, number, parse_batch_sizes, record, set_whole_numbers
 from runners.spec.sweep import DTYPES, ENGINES, MIN_TELEMETRY_HZ, ON_OOM, SweepSpec, model_context
@@ -88,6 +88,7 @@ def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> S
     if spec.mode in MODE_SPECS:
         MODE_SPECS[spec.mode].check(spec, values, found, context)
     parallel.check(spec, found)
+    refine.check(spec, values, found)
     return spec
 
 

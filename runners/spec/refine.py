@@ -1,0 +1,178 @@
+"""Adaptive refinement: after a sweep's planned points, which value to measure next, and why.
+
+Torch-free and standard library only, because the runner decides on the GPU host (no kneed, no numpy)
+and the app checks its own rules against this one on the same curves (tests/test_refine.py).
+
+Two brackets are narrowed, the SLO's first, each by measuring its midpoint:
+- SLO: between the largest ok value whose latency percentile meets the SLO and the next ok value,
+  which breaks it (the app's SLO limit, batchscope.analysis.slo.slo_limit);
+- knee: between the value before the plateau and the plateau's start, where throughput stops adding
+  PLATEAU_GAIN per doubling (the app's plateau rule, batchscope.analysis.knee.plateau, whose `limit`
+  is this start whether or not noise lets it call the marker).
+A bracket is done when its ends are within `tolerance` of each other (hi ≤ lo × (1 + tolerance)), or
+neighbours on a whole-number axis, or when its midpoint was already tried (a point there failed).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from runners.spec.options import SpecError, record, set_whole_numbers
+from runners.spec.sweep import SLO_METRICS, SweepSpec
+
+PLATEAU_GAIN = 0.10  # the app's default plateau threshold (batchscope.analysis.knee.plateau)
+PERCENTILES = (50, 95, 99)
+REASONS = ("slo", "knee")  # what an added point's `added_for` column says
+
+
+@dataclass(frozen=True)
+class Target:
+    """The latency SLO refinement brackets: `metric` at `percentile` must be ≤ `ms`."""
+
+    metric: str
+    percentile: int
+    ms: float
+
+    @property
+    def column(self) -> str:
+        """The summary column it reads, e.g. `ttft_ms_p95`."""
+        return f"{self.metric}_ms_p{self.percentile}"
+
+    @property
+    def name(self) -> str:
+        return f"P{self.percentile} {self.metric.upper()} ≤ {self.ms:g} ms"
+
+
+def parse_target(text: str) -> Target:
+    """`ttft:95:1000` → Target; the app's URL writes an SLO the same way."""
+    parts = str(text).strip().split(":")
+    if len(parts) != 3:
+        raise SpecError("refine_slo", f"refine_slo must be METRIC:PERCENTILE:MS, e.g. ttft:95:1000: {text!r}")
+    metric, percentile, ms = parts
+    if metric not in SLO_METRICS:
+        raise SpecError("refine_slo", f"the metric must be one of {', '.join(SLO_METRICS)}: {metric!r}")
+    if percentile not in {str(p) for p in PERCENTILES}:
+        raise SpecError("refine_slo", f"the percentile must be 50, 95 or 99: {percentile!r}")
+    try:
+        limit = float(ms)
+    except ValueError:
+        raise SpecError("refine_slo", f"the limit must be milliseconds: {ms!r}") from None
+    if not (math.isfinite(limit) and limit > 0):
+        raise SpecError("refine_slo", f"the limit must be a positive number of milliseconds: {ms!r}")
+    return Target(metric, int(percentile), limit)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A measured point as refinement reads it; `ok` False for an OOM or error (never in a bracket)."""
+
+    x: float
+    ok: bool
+    tokens_per_s: float | None = None
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The next value to measure, the bracket it halves and which one (`reason`: slo or knee)."""
+
+    x: float
+    reason: str
+    lo: float
+    hi: float
+
+
+def _curve(seen: list[Seen]) -> list[Seen]:
+    return sorted((s for s in seen if s.ok and s.tokens_per_s is not None), key=lambda s: s.x)
+
+
+def slo_index(curve: list[Seen], target: Target) -> int | None:
+    """Index of the largest value whose latency meets the target (a missing latency never meets it)."""
+    meets = [i for i, s in enumerate(curve) if s.latency_ms is not None and s.latency_ms <= target.ms]
+    return meets[-1] if meets else None
+
+
+def plateau_index(curve: list[Seen], gain: float = PLATEAU_GAIN) -> int | None:
+    """Index of the smallest value after which every step adds less than `gain` per doubling; None
+    while the last step still adds that much (or with fewer than two points).
+
+    A step's gain is normalised to one doubling: (T[i+1] / T[i]) ** (1 / log2(x[i+1] / x[i])) − 1.
+    """
+    if len(curve) < 2:
+        return None
+    gains = [(b.tokens_per_s / a.tokens_per_s) ** (1.0 / math.log2(b.x / a.x)) - 1.0 if a.tokens_per_s > 0
+             else math.inf for a, b in zip(curve, curve[1:])]
+    start = len(curve) - 1
+    while start > 0 and gains[start - 1] < gain:
+        start -= 1
+    return None if start == len(curve) - 1 else start
+
+
+def brackets(seen: list[Seen], target: Target | None, gain: float = PLATEAU_GAIN) -> list[tuple[str, float, float]]:
+    """(reason, lo, hi) of each bracket worth narrowing, the SLO's first."""
+    curve = _curve(seen)
+    found = []
+    limit = slo_index(curve, target) if target is not None else None
+    if limit is not None and limit + 1 < len(curve):
+        found.append(("slo", curve[limit].x, curve[limit + 1].x))
+    start = plateau_index(curve, gain)
+    if start:  # a plateau from the smallest value has nothing below it to narrow
+        found.append(("knee", curve[start - 1].x, curve[start].x))
+    return found
+
+
+def midpoint(lo: float, hi: float, whole: bool) -> float | None:
+    """The value halfway: the integer midpoint on a whole-number axis, else the geometric mean to three
+    significant digits (an arrival rate); None when no value lies strictly between."""
+    if whole:
+        middle = (int(lo) + int(hi)) // 2
+    else:
+        middle = float(f"{math.sqrt(lo * hi):.3g}")
+    return float(middle) if lo < middle < hi else None
+
+
+def narrow(lo: float, hi: float, tolerance: float, whole: bool) -> bool:
+    """True when the bracket is as fine as asked: hi within `tolerance` of lo, or neighbours."""
+    return hi <= lo * (1.0 + tolerance) or (whole and hi - lo <= 1)
+
+
+def next_point(seen: list[Seen], target: Target | None, tolerance: float, whole: bool,
+               gain: float = PLATEAU_GAIN) -> Proposal | None:
+    """The value to measure next, or None when every bracket is narrow enough (or cannot be split)."""
+    tried = {s.x for s in seen}
+    for reason, lo, hi in brackets(seen, target, gain):
+        if narrow(lo, hi, tolerance, whole):
+            continue
+        middle = midpoint(lo, hi, whole)
+        if middle is not None and middle not in tried:
+            return Proposal(middle, reason, lo, hi)
+    return None
+
+
+def at(point: Any, value: float, reason: str) -> Any:
+    """A copy of a planned point at another value of its axis, marked as added for `reason`."""
+    axis = point.axis
+    typed = float(value) if axis == "arrival_rate" else int(value)
+    return dataclasses.replace(point, **{axis: typed}, added_for=reason)
+
+
+def is_whole(point: Any) -> bool:
+    """Batch sizes, max_num_seqs and clients are whole numbers; an arrival rate is not."""
+    return point.axis != "arrival_rate"
+
+
+def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
+    """Parse the refinement options into `spec`, recording every problem by field in `found`."""
+    set_whole_numbers(spec, values, (("refine_points", 0),), found)
+    if values.get("refine_slo") not in (None, ""):
+        spec.refine_slo = str(values["refine_slo"]).strip()
+        record(found, "refine_slo", lambda: parse_target(spec.refine_slo))
+    if "refine_tolerance" in values:
+        tolerance = record(found, "refine_tolerance", lambda: float(values["refine_tolerance"]))
+        if tolerance is not None and not (math.isfinite(tolerance) and 0 < tolerance <= 1):
+            found.setdefault("refine_tolerance", f"refine_tolerance is a share between 0 and 1, such as 0.05: "
+                                                 f"got {values['refine_tolerance']!r}")
+        elif tolerance is not None:
+            spec.refine_tolerance = tolerance
