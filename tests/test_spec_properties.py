@@ -36,8 +36,8 @@ LIST_LIKE = st.lists(st.integers(min_value=-2, max_value=2**20).map(str), min_si
 GOOD = {
     "model": st.sampled_from(["tiny", "llama-3.2-1b", "", "no-such-model", "/", "~no-such-user/x", "a" * 300]),
     "dtype": st.sampled_from(["float32", "bfloat16", "int8", "fp8"]),
-    "engine": st.sampled_from(["hf-generate", "fast"]),
-    "mode": st.sampled_from(["static", "continuous"]),
+    "engine": st.sampled_from(["hf-generate", "fast", "endpoint"]),
+    "mode": st.sampled_from(["static", "continuous", "endpoint"]),
     "device": st.sampled_from(["auto", "cpu", "cuda:0"]),
     "batch_sizes": st.sampled_from(["1,2,4", "pow2:1:4096", "pow2:1:65536", [1, 4096], [65536]]),
     "prompt_len": st.sampled_from(["fixed:8", "uniform:1:100", "normal:64:200", "lognormal:64:2", "fixed:2000"]),
@@ -45,6 +45,9 @@ GOOD = {
     "max_num_seqs": st.sampled_from(["8", "pow2:1:256", [1, 2]]),
     "arrival": st.sampled_from(["poisson:4", "poisson:0.01,1", ""]),
     "concurrency": st.sampled_from(["", "4", "1,4,16"]),
+    "url": st.sampled_from(["http://127.0.0.1:8000/v1", "http://[::1", "ftp://x", "http://u:p@h/v1"]),
+    "server_command": st.sampled_from(["serve --max-num-seqs {max_num_seqs}", "serve '{x}", "{nope}"]),
+    "refine_slo": st.sampled_from(["ttft:95:1000", "itl:50:0", "e2e:99:1e999", "x:1:2"]),
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runners.spec.continuous import check_load, check_slo, longest_request, parse_arrival
-from runners.spec.options import SpecError, record, set_whole_numbers
+from runners.spec.options import SpecError, number, record, set_whole_numbers
 from runners.spec.sweep import SweepSpec, check_context, check_draws
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens")  # the spec fields a server command may template
@@ -90,7 +90,7 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
     record(found, "server_command", lambda: check_command(spec.server_command))
     for name in ("request_timeout_s", "ready_timeout_s"):
         if name in values:
-            seconds = record(found, name, lambda n=name: float(values[n]))
+            seconds = record(found, name, lambda n=name: number(values[n], n))
             if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
                 found.setdefault(name, f"{name} must be a positive number of seconds, got {seconds}")
             elif seconds is not None:
@@ -109,7 +109,10 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
 
 def check_url(url: str) -> None:
     """An http(s) base URL with a host, and no credentials in it (the key comes from api_key_env)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as err:  # an unclosed [IPv6 address]
+        raise SpecError("url", f"not a URL ({err}): {url!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SpecError("url", f"url must be http://HOST:PORT/v1 or https://...: {url!r}")
     if parts.username or parts.password:

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from runners.spec.options import SpecError, record, set_whole_numbers
+from runners.spec.options import SpecError, number, record, set_whole_numbers
 from runners.spec.sweep import SLO_METRICS, SweepSpec
 
 PLATEAU_GAIN = 0.10  # the app's default plateau threshold (batchscope.analysis.knee.plateau)
@@ -170,7 +170,7 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> Non
         spec.refine_slo = str(values["refine_slo"]).strip()
         record(found, "refine_slo", lambda: parse_target(spec.refine_slo))
     if "refine_tolerance" in values:
-        tolerance = record(found, "refine_tolerance", lambda: float(values["refine_tolerance"]))
+        tolerance = record(found, "refine_tolerance", lambda: number(values["refine_tolerance"], "refine_tolerance"))
         if tolerance is not None and not (math.isfinite(tolerance) and 0 < tolerance <= 1):
             found.setdefault("refine_tolerance", f"refine_tolerance is a share between 0 and 1, such as 0.05: "
                                                  f"got {values['refine_tolerance']!r}")
