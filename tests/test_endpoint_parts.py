@@ -112,6 +112,7 @@ def test_the_endpoint_engine_takes_the_endpoint_mode_and_sweeps_the_load() -> No
     assert [(p.axis, p.value, p.batch_size) for p in points(spec)] == [("arrival_rate", 1.0, 0), ("arrival_rate", 2.0, 0)]
     assert "mode" in problems({"model": "tiny", "engine": "endpoint", "mode": "continuous", "concurrency": 2})
     assert "engine" in problems({"model": "tiny", "engine": "fast", "mode": "endpoint", "concurrency": 2})
+    assert problems({"model": "tiny", "engine": "endpoint"})["arrival"].startswith("endpoint mode needs a load")
 
 
 @pytest.mark.parametrize("changes, field", [
@@ -123,6 +124,8 @@ def test_the_endpoint_engine_takes_the_endpoint_mode_and_sweeps_the_load() -> No
     ({"server_command": "vllm serve 'unclosed"}, "server_command"),
     ({"prompt_format": "tokens"}, "prompt_format"),
     ({"request_timeout_s": 0}, "request_timeout_s"),
+    ({"request_timeout_s": [1]}, "request_timeout_s"),
+    ({"url": "http://[::1"}, "url"),  # an unclosed IPv6 address
 ])
 def test_bad_endpoint_options_are_named_by_their_field(changes: dict, field: str) -> None:
     assert field in problems({"model": "tiny", "engine": "endpoint", "concurrency": 4, **changes})

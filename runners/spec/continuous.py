@@ -107,7 +107,8 @@ def check_load(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -
     if spec.arrival and spec.concurrency:
         found.setdefault("concurrency", "give either an arrival rate or a concurrency, not both")
     elif not spec.arrival and not spec.concurrency and "arrival" not in found:
-        found.setdefault("arrival", "continuous mode needs a load: an arrival rate (poisson:RATE) or a concurrency")
+        found.setdefault("arrival", f"{spec.mode} mode needs a load: an arrival rate (poisson:RATE) or a "
+                                    f"concurrency")
     lists = [name for name, n in (("max_num_seqs", len(spec.max_num_seqs)), ("arrival", len(rates or [])),
                                   ("concurrency", len(spec.concurrency))) if n > 1]
     if len(lists) > 1:
