@@ -193,7 +193,7 @@ def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) 
     latency = [("ttft_ms_p50", "TTFT p50 ms"), ("itl_ms_p50", "ITL p50 ms"), ("e2e_ms_p95", "E2E p95 ms")]
     if slo is not None and slo.column not in dict(latency):
         latency.append((slo.column, f"{slo.name} ms"))
-    along = [] if axis.key == "batch_size" else [axis.noun]
+    along = [] if axis.key in ("batch_size", "max_num_seqs") else [axis.noun]  # the bound column is the axis
     limit = "batch" if axis.key == "batch_size" else "max_num_seqs"  # the batch bound of each point
     costed = "cost_per_mtok" in table and table["cost_per_mtok"].notna().any()
     header = (along + [limit, "status", "trust", "out tok/s (min–max)", "decode step ms", "roofline ms",
@@ -203,7 +203,8 @@ def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) 
     rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for _, p in table.iterrows():
         bound = p["batch_size"] if axis.key == "batch_size" else p.get("max_num_seqs", p["batch_size"])
-        cells = [axis.value(p["x"]) for _ in along] + [_added(p, str(int(bound))), _status(p), _text(p.get("trust")),
+        bound_text = "–" if _missing(bound) else str(int(bound))  # an endpoint server's limit may be unknown
+        cells = [axis.value(p["x"]) for _ in along] + [_added(p, bound_text), _status(p), _text(p.get("trust")),
                  _spread(p), _cell(p.get("decode_step_ms")),
                  _cell(p.get("predicted_step_ms")), _cell(p.get("roofline_pct")), _text(p.get("bound"))]
         cells += [_cell(p.get(column)) for column, _ in latency]

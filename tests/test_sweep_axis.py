@@ -15,7 +15,7 @@ from batchscope import charts
 from batchscope.analysis import SLO, analyse, memory_split
 from batchscope.analysis.axis import AXES, BATCH, axes_of, axis_of, sweep_x
 from batchscope.ingest import ingest_run
-from batchscope.report import Report, to_markdown
+from batchscope.report import Report, points_table, to_markdown
 from batchscope.ui import history_view, run_view
 from tests.runner_helpers import run_runner
 from batchscope.analysis.model_facts import model_facts
@@ -82,6 +82,18 @@ def test_online_points_floor_the_decode_step_at_their_mean_active_rows_and_predi
     assert expected["predicted_tokens_per_s"].notna().all()
     notes = analyse(online, model, CALIBRATION).notes
     assert any(n.startswith("Along max_num_seqs the roofline floors each point's decode step") for n in notes)
+
+
+def test_a_max_num_seqs_sweeps_report_names_its_axis_once_and_an_unknown_server_limit_as_a_dash() -> None:
+    seqs = summary_table(points=3).assign(batch_size=[4, 8, 16], max_num_seqs=[4.0, 8.0, 16.0],
+                                          sweep_axis="max_num_seqs", sweep_value=[4.0, 8.0, 16.0])
+    rows = points_table(analyse(seqs, None, None).table, None, AXES["max_num_seqs"])
+    assert rows[0].startswith("| max_num_seqs | status |") and "| 8 | ok |" in rows[3]
+    # an endpoint sweep of clients against a server it does not start: the server's limit is unknown
+    clients = summary_table(points=2).assign(batch_size=[1, 2], max_num_seqs=np.nan, sweep_axis="concurrency",
+                                             sweep_value=[1.0, 2.0])
+    rows = points_table(analyse(clients, None, None).table, None, AXES["concurrency"])
+    assert rows[0].startswith("| concurrency | max_num_seqs | status |") and rows[2].startswith("| 1 | – | ok |")
 
 
 def test_rate_sweep_charts_put_requests_per_second_on_the_shared_axis() -> None:
