@@ -47,7 +47,7 @@ class PointRun(Protocol[R]):
     def summarise(self, repeats: list[R]) -> Summary: ...
 
     def kv_bytes(self, repeats: list[R]) -> tuple[int, int]:
-        """KV cache bytes allocated, and used at the most."""
+        """KV cache bytes allocated, and used at the most (not asked of a context without an engine)."""
         ...
 
     def release(self) -> None: ...
@@ -87,8 +87,9 @@ class PointContext:
     stage: Stages
 
     def run(self, index: int, point: Point, work: PointRun[R]) -> Summary:
-        """Setup, warm-up and measured repeats under the failure guard, then the memory split, the
-        point's columns and its files."""
+        """Setup, warm-up and measured repeats under the failure guard, then the memory split (none
+        without an engine: an endpoint's memory is its server's, seen only in the samples), the point's
+        columns and its files."""
         rss_before = self.memory_baseline()
         repeats: list[R] = []
         windows: list[Window] = []
@@ -105,7 +106,8 @@ class PointContext:
                     repeats.append(result)
                     windows.append(window)
             summary = work.summarise(repeats)
-            summary.update(**self.memory(*work.kv_bytes(repeats), rss_before))
+            if self.engine is not None:
+                summary.update(**self.memory(*work.kv_bytes(repeats), rss_before))
             return summary
 
         summary = self.measure(index, point.batch_size, measure, work.release)

@@ -3,11 +3,12 @@ cache of max_num_seqs rows, with its arrival rate or clients (DESIGN §2)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
 from runners import workload
-from runners.engines.base import Engine
+from runners.engines.base import Batch, Engine
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.metrics.continuous import ContinuousRepeat, continuous_repeat, summarise
@@ -15,6 +16,7 @@ from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext
 from runners.spec.continuous import ContinuousPoint, longest_request
+from runners.spec.endpoint import EndpointPoint
 
 
 def run_point(ctx: PointContext, index: int, point: ContinuousPoint) -> Summary:
@@ -28,21 +30,32 @@ def serving_engine(engine: Engine, device: torch.device) -> ContinuousEngine:
     return ContinuousEngine(engine.decoder, device, graphs=engine.graphs)
 
 
+def load(ctx: PointContext, point: ContinuousPoint | EndpointPoint) -> tuple[dict[int, Batch], dict[str, Any]]:
+    """Each repeat's seeded requests, and how they arrive (a rate or clients); the endpoint mode sends the
+    same load to a server."""
+    spec = ctx.spec
+    work = {r: workload.draw(spec, spec.num_requests, r, ctx.info.vocab, workload.CONTINUOUS)
+            for r in spec.repeat_indices()}
+    arrivals = dict(rate=point.arrival_rate) if point.arrival_rate is not None else dict(concurrency=point.concurrency)
+    return work, arrivals
+
+
+def load_columns(point: ContinuousPoint | EndpointPoint) -> dict[str, Any]:
+    """The summary columns that say which load a point ran, whatever its outcome."""
+    return {"sweep_axis": point.axis, "sweep_value": point.value, "max_num_seqs": point.max_num_seqs,
+            "arrival_rate": point.arrival_rate, "concurrency": point.concurrency}
+
+
 class ContinuousRun:
     """The workload's requests arrive by rate or clients; the slot cache holds the longest of them."""
 
     def __init__(self, ctx: PointContext, index: int, point: ContinuousPoint) -> None:
-        spec = ctx.spec
         self.ctx, self.index, self.point = ctx, index, point
-        self.work = {r: workload.draw(spec, spec.num_requests, r, ctx.info.vocab, workload.CONTINUOUS)
-                     for r in spec.repeat_indices()}
-        self.arrivals = (dict(rate=point.arrival_rate) if point.arrival_rate is not None
-                         else dict(concurrency=point.concurrency))
+        self.work, self.arrivals = load(ctx, point)
         self.served = serving_engine(ctx.engine, ctx.device)
         self.release = self.served.release
         self.capacity = 0
-        self.columns = {"sweep_axis": point.axis, "sweep_value": point.value, "max_num_seqs": point.max_num_seqs,
-                        "arrival_rate": point.arrival_rate, "concurrency": point.concurrency}
+        self.columns = load_columns(point)
 
     def setup(self) -> float:
         spec = self.ctx.spec

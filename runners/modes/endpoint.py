@@ -24,6 +24,7 @@ from runners.metrics.endpoint import EndpointRepeat, endpoint_repeat, summarise
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext, Stages
+from runners.modes.continuous import load, load_columns
 from runners.runfolder import RunWriter
 from runners.spec import SweepSpec
 from runners.spec.endpoint import EndpointPoint, server_argv
@@ -34,27 +35,8 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 def run_point(ctx: PointContext, index: int, point: EndpointPoint) -> Summary:
     """Setup (the server's restart and the prompt-format probe), warm-up and measured repeats under the
-    failure guard; no memory split, since the memory is the server's (its GPU's is in the samples)."""
-    work = EndpointRun(ctx, index, point)
-    repeats: list[EndpointRepeat] = []
-    windows: list[Window] = []
-    setup_s = 0.0
-
-    def measure() -> Summary:
-        nonlocal setup_s
-        ctx.stage(index, point.batch_size, "setup")
-        setup_s = work.setup()
-        for repeat in ctx.spec.repeat_indices():
-            ctx.stage(index, point.batch_size, "warmup" if repeat < 0 else "measure", max(repeat, 0))
-            result, window = work.repeat(repeat)
-            if repeat >= 0:
-                repeats.append(result)
-                windows.append(window)
-        return work.summarise(repeats)
-
-    summary = ctx.measure(index, point.batch_size, measure, work.release)
-    summary.update(setup_ms=setup_s * 1000.0, added_for=point.added_for, **work.columns)
-    return ctx.write(index, point, summary, repeats, windows, work.done)
+    failure guard (PointContext.run; the context has no engine, so no memory split)."""
+    return ctx.run(index, point, EndpointRun(ctx, index, point))
 
 
 def is_local(url: str) -> bool:
@@ -101,16 +83,12 @@ class EndpointRun:
     def __init__(self, ctx: PointContext, index: int, point: EndpointPoint) -> None:
         spec = ctx.spec
         self.ctx, self.index, self.point = ctx, index, point
-        self.work = {r: workload.draw(spec, spec.num_requests, r, ctx.info.vocab, workload.CONTINUOUS)
-                     for r in spec.repeat_indices()}
-        self.arrivals = (dict(rate=point.arrival_rate) if point.arrival_rate is not None
-                         else dict(concurrency=point.concurrency))
+        self.work, self.arrivals = load(ctx, point)
         self.client = EndpointClient(spec.url, spec.model_name, api_key(spec), spec.request_timeout_s)
         self.server = (ServerProcess(server_argv(spec, point), ctx.folder.root / contract.SERVER_LOG)
                        if spec.server_command else None)
         self.text = False  # prompts go as text: the server refused token ids
-        self.columns = {"sweep_axis": point.axis, "sweep_value": point.value, "max_num_seqs": point.max_num_seqs,
-                        "arrival_rate": point.arrival_rate, "concurrency": point.concurrency}
+        self.columns = load_columns(point)
 
     def setup(self) -> float:
         """Restart the server (when the spec has a command) and wait for it, find the model, and learn
