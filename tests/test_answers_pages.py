@@ -3,6 +3,9 @@ their rules on Run, a price per GPU-hour kept per GPU type with cost per 1M toke
 slower than an earlier one of the same configuration."""
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta
+
 import shutil
 from pathlib import Path
 
@@ -46,8 +49,10 @@ def test_history_flags_a_run_slower_than_an_earlier_one_of_the_same_configuratio
     ingest_run(store, tiny_run)
     slower = tmp_path / "tiny-cpu-again"
     shutil.copytree(tiny_run, slower)
-    spec = (slower / "spec.json").read_text().replace('"created_at": "', '"created_at": "2099')
-    (slower / "spec.json").write_text(spec.replace('"run_id": "tiny-cpu"', '"run_id": "tiny-cpu-again"'))
+    spec = json.loads((slower / "spec.json").read_text())  # a minute later: "earlier" sorts by created_at
+    later = datetime.fromisoformat(spec["created_at"]) + timedelta(minutes=1)
+    spec.update(created_at=later.isoformat(), run_id="tiny-cpu-again")
+    (slower / "spec.json").write_text(json.dumps(spec))
     # the same sweep a thousand times slower: beyond any spread a shared CPU gives its repeats
     for summary in (slower / "points").glob("*.summary.parquet"):
         table = pq.read_table(summary).to_pandas()
