@@ -41,7 +41,11 @@ class ModelInfo:
     vocab: int
     context: int
     dtype: str
-    quant_logits_rel_error: float | None = None  # measured by the fast engine at load for quantised dtypes
+    # measured by the fast engine at load for quantised dtypes (runners.engines.fast_quant): the worst
+    # kernel path's mean logits cosine and greedy-token agreement with bfloat16, and every path's check
+    quant_logits_cosine: float | None = None
+    quant_token_agreement: float | None = None
+    quant_accuracy: list[dict] | None = None
     tensor_parallel: int = 1  # over 1, weight_bytes and kv_bytes_per_token are one rank's shard
 
 

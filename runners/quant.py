@@ -2,17 +2,20 @@
 
 Each row of a weight matrix [out, in] gets one float32 scale = row amax / the format's largest
 value, so the row's largest element maps to the format's edge and no row's range is set by another
-row's outlier. `linear()` takes either a plain tensor (F.linear) or a `QuantWeight`:
+row's outlier. `linear()` takes either a plain tensor (F.linear) or a `QuantWeight`, whose product
+runs as one opaque op (`batchscope::quant_matmul`), so torch.compile and CUDA graphs take it whole
+and the kernel is chosen by the row count at run time without a recompile:
 
-- weight-only (fp8, int8): `F.linear(x, q.to(x.dtype)) * scale` — the gpt-fast form that
-  torch.compile on CUDA fuses into one kernel reading one byte per weight; on CPU (eager) it is a
-  plain dequantise-then-matmul, correct but not faster.
-- fp8-dynamic: each activation row is scaled to fp8 by its own amax at run time and the product runs
-  on fp8 tensor cores through `torch._scaled_mm` with rowwise scales (scale_a [M, 1] per token,
-  scale_b [1, N] per output channel, both float32), bfloat16 out.
+- on CUDA, up to `tensor_core_rows` rows: `quant_kernels.w8_matmul`, a Triton kernel that streams the
+  one-byte weights and keeps activations bfloat16 (weight-only; the small-batch, memory-bound case);
+- above that: each activation row is scaled to fp8 by its own amax and the product runs on fp8 tensor
+  cores through `torch._scaled_mm` (scale_a [M, 1] per token, scale_b [1, N] per channel, float32).
+  fp8-dynamic does this at every row count; fp8 from `FP8_TENSOR_CORE_ROWS`; int8 never;
+- on CPU: dequantise, then F.linear — correct, not faster.
 """
 from __future__ import annotations
 
+import sys
 from typing import NamedTuple
 
 import torch
@@ -23,15 +26,18 @@ FP8 = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8).max)  # 448
 INT8_MAX = 127.0
 TINY = 1e-12  # floor on an amax, so an all-zero row gets a finite scale instead of 0/0
+FP8_TENSOR_CORE_ROWS = 16  # fp8: where fp8 tensor cores start to beat streaming weights on the H200 (docs/quantisation.md)
+NEVER = sys.maxsize
+FAST_ACCUMULATION = True  # measured: no error difference at K up to 14 336, and faster (docs/quantisation.md)
 
 
 class QuantWeight(NamedTuple):
     """A quantised matrix: w[i, :] ≈ q[i, :] * scale[i]. A NamedTuple so torch.compile takes it as an
-    argument of the one compiled layer (its `dynamic` flag is a constant the graph specialises on)."""
+    argument of the one compiled layer (`tensor_core_rows` is a constant the graph specialises on)."""
 
     q: Tensor  # [out, in] float8_e4m3fn or int8, contiguous
     scale: Tensor  # [out] float32
-    dynamic: bool  # fp8 activations through torch._scaled_mm
+    tensor_core_rows: int  # products with more rows quantise activations to fp8 (torch._scaled_mm)
 
 
 def quantize(w: Tensor, dtype: str) -> QuantWeight:
@@ -42,14 +48,15 @@ def quantize(w: Tensor, dtype: str) -> QuantWeight:
         scale = amax / INT8_MAX
         q = torch.round(w32 / scale[:, None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     elif dtype in ("fp8", "fp8-dynamic"):
-        if dtype == "fp8-dynamic" and (w.shape[0] % 16 or w.shape[1] % 16):
-            raise ValueError(f"fp8-dynamic needs weight dimensions divisible by 16 (torch._scaled_mm), "
+        if w.shape[0] % 16 or w.shape[1] % 16:
+            raise ValueError(f"{dtype} needs weight dimensions divisible by 16 (torch._scaled_mm), "
                              f"got {tuple(w.shape)}")
         scale = amax / FP8_MAX
         q = (w32 / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)  # e4m3fn has no inf: clamp first
     else:
         raise ValueError(f"no quantisation for dtype {dtype!r}")
-    return QuantWeight(q.contiguous(), scale.contiguous(), dtype == "fp8-dynamic")
+    rows = {"fp8-dynamic": 0, "fp8": FP8_TENSOR_CORE_ROWS, "int8": NEVER}[dtype]
+    return QuantWeight(q.contiguous(), scale.contiguous(), rows)
 
 
 def dequantize(w: QuantWeight, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -61,23 +68,51 @@ def linear(x: Tensor, w: Tensor | QuantWeight, bias: Tensor | None = None) -> Te
     """x @ wᵀ (+ bias) for a plain or a quantised weight; the output has x's dtype."""
     if isinstance(w, Tensor):
         return F.linear(x, w, bias)
-    if w.dynamic:
-        out = _fp8_dynamic(x, w)
-    else:
-        out = (F.linear(x, w.q.to(x.dtype)) * w.scale).to(x.dtype)
+    rows = x.reshape(-1, x.shape[-1])
+    out = torch.ops.batchscope.quant_matmul(rows, w.q, w.scale, w.tensor_core_rows)
+    out = out.reshape(*x.shape[:-1], out.shape[-1])
     return out if bias is None else out + bias
 
 
-def _fp8_dynamic(x: Tensor, w: QuantWeight) -> Tensor:
+TRITON, TENSOR_CORES, DEQUANTISE = "triton w8a16", "scaled_mm fp8 activations", "dequantise + F.linear"
+
+
+def kernel_for(rows: int, tensor_core_rows: int, on_cuda: bool) -> str:
+    """Which kernel an M-row product with this weight runs (named in model.json's accuracy checks)."""
+    if rows > tensor_core_rows:
+        return TENSOR_CORES
+    return TRITON if on_cuda else DEQUANTISE
+
+
+@torch.library.custom_op("batchscope::quant_matmul", mutates_args=())
+def quant_matmul(x: Tensor, q: Tensor, scale: Tensor, tensor_core_rows: int) -> Tensor:
+    """x [M, K] @ (q [N, K] × scale [N])ᵀ in x's dtype, by the kernel the row count calls for."""
+    kernel = kernel_for(x.shape[0], tensor_core_rows, x.is_cuda)
+    if kernel == TENSOR_CORES:
+        return _fp8_activations(x, q, scale)
+    if kernel == TRITON:
+        from runners import quant_kernels  # Triton: CUDA builds of torch ship it; CPU ones need not
+        return quant_kernels.w8_matmul(x.contiguous(), q, scale)
+    return (F.linear(x, q.to(x.dtype)) * scale).to(x.dtype)
+
+
+@quant_matmul.register_fake
+def _(x: Tensor, q: Tensor, scale: Tensor, tensor_core_rows: int) -> Tensor:
+    return x.new_empty(x.shape[0], q.shape[0])
+
+
+def _fp8_activations(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     """Per-token fp8 activations × per-channel fp8 weights on fp8 tensor cores.
 
     `_scaled_mm` wants the first operand row-major and the second column-major (q.t() of the
-    contiguous [out, in] q is), in and out divisible by 16 (checked at quantisation), any M.
+    contiguous [out, in] q is), in and out divisible by 16 (checked at quantisation), any M. On a GPU
+    the activations are quantised by one Triton kernel; on CPU by the same arithmetic in torch ops.
     """
-    rows = x.reshape(-1, x.shape[-1])
-    x_scale = rows.abs().amax(dim=-1, keepdim=True).float().clamp(min=TINY) / FP8_MAX
-    xq = (rows.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
-    out = torch._scaled_mm(xq, w.q.t(), scale_a=x_scale, scale_b=w.scale[None, :], out_dtype=x.dtype,
-                           use_fast_accum=True)
-    return out.reshape(*x.shape[:-1], out.shape[-1])
-
+    if x.is_cuda:
+        from runners import quant_kernels
+        xq, x_scale = quant_kernels.fp8_rows(x.contiguous(), FP8_MAX, TINY)
+    else:
+        x_scale = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=TINY) / FP8_MAX
+        xq = (x.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return torch._scaled_mm(xq, q.t(), scale_a=x_scale, scale_b=scale[None, :], out_dtype=x.dtype,
+                            use_fast_accum=FAST_ACCUMULATION)

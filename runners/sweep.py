@@ -116,9 +116,10 @@ class Sweep:
             except CalibrationError as err:  # the roofline is then drawn from a stored calibration or not at all
                 self.folder.log(f"calibration skipped: {err}")
         self.folder.log(f"model {info.name}: {info.params:,} params on {self.device}, engine {engine.version()}")
-        if info.quant_logits_rel_error is not None:
-            self.folder.log(f"{spec.dtype} weights: {info.weight_bytes:,} bytes; last-position logits "
-                            f"vs bfloat16 relative error {info.quant_logits_rel_error:.4f}")
+        for check in info.quant_accuracy or []:
+            self.folder.log(f"{spec.dtype} weights ({info.weight_bytes:,} bytes), {check['rows']} rows through "
+                            f"{check['kernel']}: logits cosine vs bfloat16 {check['logits_cosine']:.4f} (worst "
+                            f"{check['logits_cosine_min']:.4f}), greedy tokens agree {check['token_agreement']:.1%}")
         return PointContext(spec, self.device, info, engine, self.folder, self.sampler, self.stage)
 
 

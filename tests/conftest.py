@@ -1,9 +1,45 @@
-"""Shared test set-up: the gpu marker skips without CUDA; tiny CPU sweeps are built by helpers here."""
+"""Shared test set-up: the gpu marker skips without CUDA; on a runner-only host (a GPU image without the
+app's packages) the app-side test modules are not collected, so `python3 -m pytest -m gpu` runs there."""
 from __future__ import annotations
 
+import ast
 import importlib.util
+from pathlib import Path
 
 import pytest
+
+APP_ONLY = ("duckdb", "streamlit", "kneed")  # what a runner-only host lacks (README: headless sweeps)
+APP_PACKAGES = ("batchscope", "app_pages", "app")  # ours, importable there but needing the above
+TESTS = Path(__file__).parent
+
+
+def _missing(name: str) -> bool:
+    return importlib.util.find_spec(name) is None
+
+
+def _top_level_imports(path: Path, seen: set[Path]) -> set[str]:
+    """Root names a module imports at import time, following the tests package's own helper modules."""
+    roots: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+        for name in names:
+            helper = TESTS / f"{name.split('.')[-1]}.py"
+            if name.startswith("tests.") and helper.exists() and helper not in seen:
+                seen.add(helper)
+                roots |= _top_level_imports(helper, seen)
+            roots.add(name.split(".")[0])
+    return roots
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """On a host without the app's packages, skip collecting the test modules that import them."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if not any(_missing(name) for name in APP_ONLY):
+        return None
+    imports = _top_level_imports(collection_path, set())
+    return True if any(name in APP_PACKAGES or _missing(name) for name in imports) else None
 
 
 def _cuda_available() -> bool:

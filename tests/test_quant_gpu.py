@@ -1,10 +1,10 @@
-"""Quantised weights on a CUDA GPU: the compiled, graph-captured engine and the _scaled_mm path.
+"""Quantised weights on a CUDA GPU: the compiled, graph-captured engine, the Triton kernel and _scaled_mm.
 
-Bounds: on random N(0, 0.02) weights the CPU runs measure last-position logits errors of 0.8 %
-(int8) and 2.2 % (fp8, tiny preset); e4m3 keeps 3 mantissa bits (≤ 6 % per element, ~2-3 % rms),
-int8 per-channel ~1 % rms of a weight. A bound of 3× the expected error (int8 0.03, fp8 0.08,
-fp8-dynamic 0.10 because activations are rounded to e4m3 too) passes honest kernels and fails a
-wrong scale or layout, which the CPU test shows gives > 30 %.
+Accuracy bounds: on the CPU, Llama-3.2-1B's random weights give int8 a logits cosine of 0.9968 and 85 %
+greedy agreement against bfloat16; a kernel with scales off by two or rows swapped gives cosine < 0.1
+and 0 %. On the H200 1B measured int8 0.9967 / 82 %, fp8 0.967 / 41 % (Triton) and 0.952 / 36 % (fp8 activations):
+random logits are nearly flat, so near-ties flip often. The bound (cosine ≥ 0.9, agreement ≥ 20 %)
+passes honest kernels and fails broken ones.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from runners import devices, models, quant
 from runners.engines.base import Batch
 from runners.engines.fast import FastEngine
 
-BOUNDS = {"int8": 0.03, "fp8": 0.08, "fp8-dynamic": 0.10}
+DTYPES = ("int8", "fp8", "fp8-dynamic")
 pytestmark = pytest.mark.gpu
 
 
@@ -23,16 +23,48 @@ def fp8_gpu() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= devices.FP8_CAPABILITY
 
 
-@pytest.mark.parametrize("dtype", sorted(BOUNDS))
-def test_compiled_graph_engine_logits_error_vs_bf16(dtype: str) -> None:
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compiled_graph_engine_accuracy_vs_bf16(dtype: str) -> None:
     if dtype.startswith("fp8") and not fp8_gpu():
         pytest.skip("needs compute capability ≥ 8.9")
     loaded = models.load("llama-3.2-1b", dtype, torch.device("cuda"))
     engine = FastEngine(loaded)
-    assert engine.facts()["quant_logits_rel_error"] < BOUNDS[dtype]
-    assert engine.facts()["weight_bytes"] == models.describe("llama-3.2-1b", loaded.config, dtype).weight_bytes
+    facts = engine.facts()
+    print(dtype, facts["quant_accuracy"])
+    assert facts["quant_logits_cosine"] >= 0.9 and facts["quant_token_agreement"] >= 0.2
+    kernels = {"int8": [quant.TRITON], "fp8": [quant.TRITON, quant.TENSOR_CORES], "fp8-dynamic": [quant.TENSOR_CORES]}
+    assert [c["kernel"] for c in facts["quant_accuracy"]] == kernels[dtype]
+    assert facts["weight_bytes"] == models.describe("llama-3.2-1b", loaded.config, dtype).weight_bytes
     gen = engine.generate(Batch(prompt_ids=[[5] * 40, [7] * 33, [9] * 40], output_lens=[8, 8, 8]))
     assert engine.graph is not None and len(gen.tokens[0]) == 8  # compiled + captured decode ran
+
+
+@pytest.mark.parametrize("dtype", ["int8", "fp8"])
+@pytest.mark.parametrize("rows", [1, 3, 16, 17, 64, 100, 256])
+def test_triton_kernel_matches_dequantised_reference(dtype: str, rows: int) -> None:
+    if not fp8_gpu():
+        pytest.skip("needs compute capability ≥ 8.9")
+    from runners import quant_kernels
+    w = torch.randn(4096, 1024, device="cuda") * 0.02
+    x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16)
+    qw = quant.quantize(w, dtype)
+    ref = x.float() @ quant.dequantize(qw).T
+    for _, config in quant_kernels.CONFIGS:
+        out = quant_kernels.w8_matmul(x, qw.q, qw.scale, config)
+        assert out.dtype == torch.bfloat16
+        assert float((out.float() - ref).norm() / ref.norm()) < 0.005  # bfloat16 output rounding only
+
+
+def test_fp8_row_quantisation_kernel_equals_the_torch_ops() -> None:
+    if not fp8_gpu():
+        pytest.skip("needs compute capability ≥ 8.9")
+    from runners import quant_kernels
+    x = torch.randn(7, 14336, device="cuda", dtype=torch.bfloat16) * torch.logspace(-3, 3, 7, device="cuda")[:, None]
+    q, scale = quant_kernels.fp8_rows(x, quant.FP8_MAX, quant.TINY)
+    want_scale = x.float().abs().amax(dim=-1, keepdim=True) / quant.FP8_MAX
+    want_q = (x.float() / want_scale).clamp(-quant.FP8_MAX, quant.FP8_MAX).to(quant.FP8)
+    torch.testing.assert_close(scale, want_scale, rtol=1e-6, atol=0)
+    assert (q.float() == want_q.float()).float().mean() > 0.9999
 
 
 @pytest.mark.parametrize("rows", [1, 3, 16, 17, 256])
@@ -43,6 +75,7 @@ def test_scaled_mm_path_matches_dequantised_reference(rows: int) -> None:
     x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16)
     qw = quant.quantize(w, "fp8-dynamic")
     ref = x.float() @ quant.dequantize(qw).T
+    assert quant.kernel_for(rows, qw.tensor_core_rows, True) == quant.TENSOR_CORES
     for fn in (quant.linear, torch.compile(quant.linear, dynamic=True)):
         out = fn(x, qw)
         assert out.dtype == torch.bfloat16
@@ -52,5 +85,5 @@ def test_scaled_mm_path_matches_dequantised_reference(rows: int) -> None:
 def test_device_check_accepts_every_quantised_dtype_on_an_fp8_gpu() -> None:
     if not fp8_gpu():
         pytest.skip("needs compute capability ≥ 8.9")
-    for dtype in BOUNDS:
+    for dtype in DTYPES:
         devices.check_dtype(torch.device("cuda"), dtype)

@@ -26,7 +26,7 @@ class StandInEngine:
         return "stand-in 1"
 
     def facts(self) -> dict:
-        return {"weight_bytes": 123, "quant_logits_rel_error": 0.25}
+        return {"weight_bytes": 123, "quant_logits_cosine": 0.25}
 
 
 class OomAtSecondPoint:
@@ -71,5 +71,5 @@ def test_model_json_states_the_engines_facts_and_points_see_them(tmp_path: Path,
     monkeypatch.setitem(sweep_module.MODES, "static", Mode())
     assert Sweep(spec, tmp_path / "run", torch.device("cpu")).run() == "done"
     model = json.loads((tmp_path / "run" / "model.json").read_text())
-    assert (model["weight_bytes"], model["quant_logits_rel_error"], model["name"]) == (123, 0.25, "tiny")
+    assert (model["weight_bytes"], model["quant_logits_cosine"], model["name"]) == (123, 0.25, "tiny")
     assert seen == [123]  # the memory split's weights are the engine's bytes

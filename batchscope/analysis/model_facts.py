@@ -54,16 +54,29 @@ def model_facts(model_name_or_path: str, dtype: str) -> dict[str, Any]:
         "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * elem, "layers": layers, "hidden": hidden,
         "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "intermediate": inter, "vocab": vocab,
         "context": config["max_position_embeddings"], "dtype": dtype,
-        "quant_logits_rel_error": None,  # measured only when a run loads the model
+        "quant_logits_cosine": None, "quant_token_agreement": None, "quant_accuracy": None,  # measured at load
         "tensor_parallel": 1,  # a tensor-parallel run's model.json holds one rank's byte counts instead
     }
 
 
 def quant_note(model: dict[str, Any] | None) -> str | None:
-    """One sentence on a quantised run's accuracy guard (from model.json), or None for other runs."""
-    error = (model or {}).get("quant_logits_rel_error") if isinstance(model, dict) else None
-    if error is None:
+    """What a quantised run's accuracy check (from model.json) says, and on random weights what it does
+    not; None for other runs. Runs from before the check kept a relative error instead."""
+    if not isinstance(model, dict) or model.get("dtype") not in QUANT_DTYPES:
         return None
-    return (f"{model.get('dtype')} weights ({model.get('weight_bytes', 0) / 1e9:.2f} GB with scales; embeddings, "
-            f"norms and lm_head in bfloat16): last-position logits differ from the bfloat16 model on the same "
-            f"random weights by {error:.2%} (relative L2).")
+    size = (f"{model['dtype']} weights ({model.get('weight_bytes', 0) / 1e9:.2f} GB with scales; embeddings, "
+            f"norms and lm_head in bfloat16)")
+    checks = model.get("quant_accuracy") or []
+    if checks:
+        paths = "; ".join(f"{c['rows']} rows through {c['kernel']}: logits cosine {c['logits_cosine']:.4f}, "
+                          f"greedy tokens agree {c['token_agreement']:.0%}" for c in checks)
+        said = f"{size}, against the bfloat16 model on the same weights over 32 teacher-forced decode steps — {paths}."
+    elif model.get("quant_logits_rel_error") is not None:
+        said = (f"{size}: last-position logits differ from the bfloat16 model on the same weights by "
+                f"{model['quant_logits_rel_error']:.2%} (relative L2).")
+    else:
+        return None
+    if model.get("source") == "preset":
+        said += (" These are random weights: their logits are nearly flat noise, so the numbers say how much the "
+                 "quantised kernels change this network's output, not how a trained model's answers would change.")
+    return said

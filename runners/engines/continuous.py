@@ -120,7 +120,7 @@ class ContinuousEngine:
         if self.decoder.compiled or self.graphs:
             warm_decode(self.decoder, list(self.views.values()), self.device)
         if self.graphs:
-            self.captured = {width: capture(self.decoder, view) for width, view in self.views.items()}
+            self.captured = {width: capture(self.decoder, view)[0] for width, view in self.views.items()}
         self._sync()
         return time.perf_counter() - t0
 

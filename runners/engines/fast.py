@@ -42,11 +42,12 @@ class FastEngine:
         self.decoder = decoder or FastDecoder(loaded.model, loaded.config)
         self.quant = loaded.info.dtype if loaded.info.dtype in QUANT_DTYPES else None
         self._facts: dict[str, Any] = {}
-        if self.quant:  # model.json then holds the quantised bytes and the accuracy guard's error
-            self._facts = {"quant_logits_rel_error": quantize_with_guard(self.decoder, loaded.model, self.quant),
+        prepare = self.decoder.enable_compile if (on_cuda if compile is None else compile) else lambda: None
+        if self.quant:  # model.json then holds the quantised bytes and the accuracy checks
+            self._facts = {**quantize_with_guard(self.decoder, loaded.model, self.quant, self._step_runner, prepare),
                            "weight_bytes": decoder_weight_bytes(self.decoder)}
-        if on_cuda if compile is None else compile:
-            self.decoder.enable_compile()
+        else:
+            prepare()
         self.state: DecodeState | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
         self.lone: LonePrefill | None = None  # batch 1 on a GPU: its prefill as a graph per length
@@ -82,11 +83,20 @@ class FastEngine:
             warm_decode(self.decoder, [self.state], self.device)
             warm_s = time.perf_counter() - t_warm
         if self.graphs:
-            self.graph = capture(self.decoder, self.state)
+            self.graph, _ = capture(self.decoder, self.state)
         self._sync()
         total = time.perf_counter() - t0
         self.last_setup = {"setup_s": total, "warmup_s": warm_s}
         return total
+
+    def _step_runner(self, state: DecodeState) -> Callable[[], torch.Tensor]:
+        """The decode step a measurement of `state` runs (warmed; captured on a GPU), returning logits."""
+        if self.decoder.compiled or self.graphs:
+            warm_decode(self.decoder, [state], self.device)
+        if not self.graphs:
+            return lambda: self.decoder.decode_step(state)
+        graph, logits = capture(self.decoder, state)
+        return lambda: (graph.replay(), logits)[1]
 
     def _warm_prefill(self, batch_size: int, prompt_len: int) -> None:
         """Run this shape's packed prefill once inside setup, so its compile and any autotuning never
@@ -179,10 +189,11 @@ def warm_decode(decoder: FastDecoder, states: list[DecodeState], device: torch.d
         torch.cuda.synchronize(device)
 
 
-def capture(decoder: FastDecoder, state: DecodeState) -> torch.cuda.CUDAGraph:
-    """One decode step over `state`'s buffers as a CUDA graph (after warm_decode on the same state)."""
+def capture(decoder: FastDecoder, state: DecodeState) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """One decode step over `state`'s buffers as a CUDA graph (after warm_decode on the same state),
+    and the logits tensor each replay rewrites."""
     state.step.zero_()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        decoder.decode_step(state)
-    return graph
+        logits = decoder.decode_step(state)
+    return graph, logits

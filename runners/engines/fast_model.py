@@ -244,16 +244,17 @@ class FastDecoder:
         o = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), vc)
         return linear(o.reshape(B, -1), wo, bo)
 
-    def decode_head(self, h: Tensor, st_out: Tensor, step: Tensor) -> Tensor:
-        """Logits and greedy token of the last layer's output, written to column `step` of `out`."""
+    def decode_head(self, h: Tensor, st_out: Tensor, step: Tensor) -> tuple[Tensor, Tensor]:
+        """Logits and greedy token of the last layer's output, the token written to column `step` of `out`."""
         logits = F.linear(_rms_norm(h, self.norm, self.eps), self.lm_head)
         nxt = logits.argmax(dim=-1)
         st_out.index_copy_(1, step, nxt[:, None])
-        return nxt
+        return logits, nxt
 
     @torch.inference_mode()
-    def decode_step(self, st: DecodeState) -> None:
-        """Feed `st.tokens`, write the next ones, advance every counter: all on the device."""
+    def decode_step(self, st: DecodeState) -> Tensor:
+        """Feed `st.tokens`, write the next ones, advance every counter: all on the device. Returns the
+        step's logits [slots, vocab] (the head computes them anyway; a captured graph keeps them)."""
         h = self.embed[st.tokens]
         cos, sin = self.rope(st.pos)
         mask = torch.zeros(st.pos.shape[0], st.key_idx.shape[0], dtype=self.dtype, device=self.device)
@@ -261,6 +262,8 @@ class FastDecoder:
         for w, kc, vc in zip(self.layers, st.k, st.v):
             h = self.layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
                               kc, vc, cos, sin, st.rows, st.pos, mask)
-        st.tokens.copy_(self.head_fn(h, st.out, st.step))
+        logits, nxt = self.head_fn(h, st.out, st.step)
+        st.tokens.copy_(nxt)
         st.pos.add_(st.active)
         st.step.add_(1)
+        return logits

@@ -1,21 +1,40 @@
-"""Quantise a FastDecoder's matrices at load, free their bfloat16 copies, and guard the accuracy.
+"""Quantise a FastDecoder's matrices at load, free their bfloat16 copies, and measure the accuracy cost.
 
-The guard runs the same random prompt batch through the decoder before and after quantisation and
-returns the relative error of the last-position logits, ‖q − ref‖ / ‖ref‖, so a broken kernel shows
-up as a large number next to a fast one. It runs the prefill path (same quantised weights, same
-`quant.linear`, eager), not the captured decode graph.
+The accuracy check compares the quantised model with the bfloat16 one on the same weights, on the path
+the measurement uses: before quantising, a bfloat16 run of GUARD_ROWS random prompts records the logits
+and greedy tokens of GUARD_STEPS decode steps; after quantising (and compiling), the engine's own decode
+step (the captured graph on a GPU) replays them teacher-forced: each step is fed the bfloat16 token, so
+one early disagreement does not make every later step disagree. Per decode step and row it keeps the
+cosine similarity of the logits and whether the argmax is the bfloat16 token. A kernel switch by row
+count (fp8 above `tensor_core_rows` rows) gets its own check, with the prompts repeated past the switch.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from runners.engines.fast_model import FastDecoder
+from runners.engines.fast_model import DecodeState, FastDecoder
 from runners.engines.ragged import Chunk, pack
-from runners.quant import QuantWeight, quantize
+from runners.kv_layout import cache_len
+from runners.quant import NEVER, QuantWeight, kernel_for, linear, quantize
 
 MATRICES = ("wqkv", "wo", "w13", "w2")
-GUARD_ROWS, GUARD_LEN = 4, 32
+GUARD_ROWS, GUARD_PROMPT_LEN, GUARD_STEPS = 4, 32, 32
+StepRunner = Callable[[DecodeState], Callable[[], Tensor]]  # warm (and capture) a state; returns its step
+
+
+@dataclass
+class Reference:
+    """What the bfloat16 model did on the guard prompts."""
+
+    prompts: Tensor  # [GUARD_ROWS, GUARD_PROMPT_LEN] token ids
+    tokens: Tensor  # [GUARD_ROWS, 1 + GUARD_STEPS]: the prefill's greedy token, then each decode step's
+    logits: Tensor  # [GUARD_STEPS, GUARD_ROWS, vocab] float32: each decode step's
 
 
 @torch.no_grad()
@@ -46,17 +65,84 @@ def decoder_weight_bytes(decoder: FastDecoder) -> int:
     return sum(seen.values())
 
 
-def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: str, seed: int = 0) -> float:
-    """Quantise the decoder in place; return the last-position logits' relative error vs bfloat16."""
+@torch.no_grad()
+def reference_run(decoder: FastDecoder, seed: int = 0) -> Reference:
+    """The bfloat16 decoder's greedy run over the guard prompts (eager; call before quantising)."""
     gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, decoder.embed.shape[0], (GUARD_ROWS, GUARD_LEN), generator=gen)
-    reference = _last_logits(decoder, ids)
+    prompts = torch.randint(1, decoder.embed.shape[0], (GUARD_ROWS, GUARD_PROMPT_LEN), generator=gen)
+    state = _fresh_state(decoder, GUARD_ROWS)
+    _prefill(decoder, state, prompts)
+    logits = torch.stack([decoder.decode_step(state).float() for _ in range(GUARD_STEPS)])
+    return Reference(prompts, state.out[:, :1 + GUARD_STEPS].cpu(), logits)
+
+
+@torch.no_grad()
+def accuracy(decoder: FastDecoder, reference: Reference, rows: int, step_runner: StepRunner) -> dict[str, Any]:
+    """Teacher-forced decode of the reference prompts (repeated to `rows` rows) on the quantised decoder
+    through `step_runner`'s step: the logits' cosine similarity to bfloat16 (mean and worst over steps
+    and rows) and the share of steps whose greedy token is bfloat16's."""
+    repeats = rows // GUARD_ROWS
+    state = _fresh_state(decoder, rows)
+    step = step_runner(state)  # warms and captures on this state's buffers before the prefill fills them
+    state.pos.zero_()
+    _prefill(decoder, state, reference.prompts.repeat(repeats, 1))
+    ref_tokens = reference.tokens.to(decoder.device).repeat(repeats, 1)
+    cosines, agree = [], []
+    for k in range(GUARD_STEPS):
+        state.tokens.copy_(ref_tokens[:, k])
+        logits = step().float()
+        cosines.append(F.cosine_similarity(logits, reference.logits[k].repeat(repeats, 1), dim=-1))
+        agree.append(logits.argmax(dim=-1) == ref_tokens[:, k + 1])
+    cosine, agreed = torch.stack(cosines), torch.stack(agree)
+    weight = decoder.layers[0].wqkv
+    return {"rows": rows, "kernel": kernel_for(rows, weight.tensor_core_rows, decoder.device.type == "cuda"),
+            "logits_cosine": float(cosine.mean()), "logits_cosine_min": float(cosine.min()),
+            "token_agreement": float(agreed.float().mean())}
+
+
+def guard_rows(tensor_core_rows: int) -> list[int]:
+    """Row counts that reach every kernel the decode step can use: the guard batch, and past the fp8
+    tensor-core switch when there is one above it."""
+    rows = [GUARD_ROWS]
+    if GUARD_ROWS <= tensor_core_rows < NEVER:
+        rows.append(-(-(tensor_core_rows + 1) // GUARD_ROWS) * GUARD_ROWS)
+    return rows
+
+
+def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: str,
+                        step_runner: StepRunner, prepare: Callable[[], None]) -> dict[str, Any]:
+    """Record the bfloat16 reference, quantise in place, `prepare` the decoder (compile), warm the
+    kernels, then check every kernel path against the reference; returns model.json's accuracy fields."""
+    reference = reference_run(decoder)
     quantize_decoder(decoder, hf_model, dtype)
-    quantized = _last_logits(decoder, ids)
-    return float(torch.linalg.vector_norm(quantized - reference) / torch.linalg.vector_norm(reference))
+    prepare()
+    warm_kernels(decoder)
+    checks = [accuracy(decoder, reference, rows, step_runner)
+              for rows in guard_rows(decoder.layers[0].wqkv.tensor_core_rows)]
+    return {"quant_logits_cosine": min(c["logits_cosine"] for c in checks),
+            "quant_token_agreement": min(c["token_agreement"] for c in checks),
+            "quant_accuracy": checks}
 
 
-def _last_logits(decoder: FastDecoder, ids: Tensor) -> Tensor:
-    state = decoder.new_state(ids.shape[0], ids.shape[1], 1)
-    chunks = [Chunk(row, 0, prompt, emit=len(prompt) - 1) for row, prompt in enumerate(ids.tolist())]
-    return decoder.prefill(pack(chunks, decoder.device), state).float()
+def warm_kernels(decoder: FastDecoder) -> None:
+    """Run every quantised matrix shape once per row bucket the kernels distinguish, so each Triton
+    configuration compiles (and cuBLAS picks its fp8 algorithm) in setup, never inside a measured step."""
+    if decoder.device.type != "cuda":
+        return
+    from runners.quant_kernels import bucket_rows
+    for w in {(m.q.shape, m.tensor_core_rows): m for m in (getattr(decoder.layers[0], n) for n in MATRICES)}.values():
+        for rows in bucket_rows() + [w.tensor_core_rows + 1]:
+            if rows < NEVER:
+                linear(torch.zeros(rows, w.q.shape[1], dtype=decoder.dtype, device=decoder.device), w)
+    torch.cuda.synchronize(decoder.device)
+
+
+def _fresh_state(decoder: FastDecoder, rows: int) -> DecodeState:
+    return decoder.new_state(rows, cache_len(GUARD_PROMPT_LEN + GUARD_STEPS + 1), 1 + GUARD_STEPS)
+
+
+def _prefill(decoder: FastDecoder, state: DecodeState, prompts: Tensor) -> None:
+    """The guard prompts into their slots, step counter at column 1, each slot armed to decode."""
+    state.step.fill_(1)
+    chunks = [Chunk(row, 0, p, emit=len(p) - 1) for row, p in enumerate(prompts.tolist())]
+    decoder.prefill(pack(chunks, decoder.device), state)

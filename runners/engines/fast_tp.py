@@ -178,7 +178,7 @@ class TensorParallelEngine(FastEngine):
         timing does not mind). The next batch's prefill rewrites the cache and counters they touch."""
         self.decoder.communicate = False
         try:
-            silent = capture(self.decoder, self.state)
+            silent, _ = capture(self.decoder, self.state)
         finally:
             self.decoder.communicate = True
         step_ms, silent_ms = self._replay_ms(self.graph), self._replay_ms(silent)

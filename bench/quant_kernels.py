@@ -1,0 +1,180 @@
+"""One Llama layer's four matmuls, bfloat16 vs one-byte weights, per kernel and row count (GPU only).
+
+    python bench/quant_kernels.py [--model llama-3.1-8b] [--rows 1,2,4,...] [--tune 1,16,64,256] [--json PATH]
+
+Times, per row count, each layer's four products (fused QKV, o_proj, fused gate/up, down) through:
+bf16 `F.linear`; the Triton kernel (`runners.quant_kernels`) on fp8 and on int8 weights; and
+`torch._scaled_mm` with per-token fp8 activations (quantisation included, as the engine runs it) and
+without (the GEMM alone). The Triton kernel also runs with the other dot dtype (fp8 in bfloat16, int8
+in float16) to show why each dtype multiplies in the one it does. Each variant is one CUDA graph over LAYERS distinct copies of the
+weights (more bytes than L2 holds, as in a decode step), replayed REPLAYS times; the median replay
+divided by LAYERS is one layer's time. Also each variant's relative error against the float32
+product of the dequantised weights, and with `--tune` every tile configuration of STREAMING_GRID or COMPUTE_GRID
+per row count (the numbers behind `quant_kernels.CONFIGS`). Prints a table; `--json` keeps everything.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runners import models, quant, quant_kernels  # noqa: E402
+from runners.quant_kernels import TileConfig  # noqa: E402
+
+LAYERS, REPLAYS = 6, 15
+STREAMING_GRID = [TileConfig(16, bn, bk, w, 4) for bn, bk, w in itertools.product(
+    (16, 32, 64), (128, 256, 512), (4, 8))]  # rows ≤ 16: one row tile, weights streamed
+COMPUTE_GRID = [TileConfig(bm, bn, bk, w, s) for bm, bn, bk, w, s in itertools.product(
+    (16, 32, 64, 128), (32, 64, 128), (64, 128, 256), (4, 8), (3,))]
+
+
+def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
+    """(out, in) of the four fused matrices of one layer of a preset."""
+    info = models.describe(model, models.model_config(model), "bfloat16")
+    qkv = (info.heads + 2 * info.kv_heads) * info.head_dim
+    return {"wqkv": (qkv, info.hidden), "wo": (info.hidden, info.heads * info.head_dim),
+            "w13": (2 * info.intermediate, info.hidden), "w2": (info.hidden, info.intermediate)}
+
+
+def graph_ms(fn: Callable[[], object]) -> float:
+    """Median ms of one replay of a graph of `fn` (warmed on a side stream first)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(REPLAYS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+_QUANTISED_X: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def gemm_only(x: torch.Tensor, w: quant.QuantWeight) -> torch.Tensor:
+    """`_scaled_mm` on activations quantised beforehand: the fp8 GEMM's own time."""
+    key = (x.data_ptr(), x.shape)
+    if key not in _QUANTISED_X:
+        _QUANTISED_X[key] = quant_kernels.fp8_rows(x, quant.FP8_MAX, quant.TINY)
+    xq, xs = _QUANTISED_X[key]
+    return torch._scaled_mm(xq, w.q.t(), scale_a=xs, scale_b=w.scale[None, :], out_dtype=x.dtype,
+                            use_fast_accum=quant.FAST_ACCUMULATION)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="llama-3.1-8b")
+    parser.add_argument("--rows", default="1,2,4,8,16,32,64,128,256,512")
+    parser.add_argument("--tune", default="", help="row counts to tune tiles at, e.g. 1,16,64,256")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    dev = torch.device("cuda")
+    shapes = layer_shapes(args.model)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    bf16 = [{n: torch.randn(o, i, device=dev, generator=gen, dtype=torch.bfloat16) * 0.02 for n, (o, i) in shapes.items()}
+            for _ in range(LAYERS)]
+    weights = {d: [{n: quant.quantize(w, d) for n, w in layer.items()} for layer in bf16] for d in ("fp8", "int8")}
+    variants: dict[str, tuple[str, Callable]] = {
+        "bf16": ("bf16", lambda x, w: F.linear(x, w)),
+        "triton fp8": ("fp8", lambda x, w: quant_kernels.w8_matmul(x, w.q, w.scale)),
+        "triton fp8 bf16-dot": ("fp8", lambda x, w: quant_kernels.w8_matmul(x, w.q, w.scale, dot_f16=False)),
+        "triton int8": ("int8", lambda x, w: quant_kernels.w8_matmul(x, w.q, w.scale)),
+        "triton int8 f16-dot": ("int8", lambda x, w: quant_kernels.w8_matmul(x, w.q, w.scale, dot_f16=True)),
+        "scaled_mm fp8": ("fp8", lambda x, w: quant._fp8_activations(x, w.q, w.scale)),
+        "scaled_mm gemm only": ("fp8", gemm_only),
+    }
+    results: list[dict] = []
+    for rows in [int(r) for r in args.rows.split(",")]:
+        xs = {n: torch.randn(rows, i, device=dev, dtype=torch.bfloat16) for n, (_, i) in shapes.items()}
+        row: dict = {"rows": rows}
+        for name, (dtype, fn) in variants.items():
+            layers = bf16 if dtype == "bf16" else weights[dtype]
+            row[name] = graph_ms(lambda: [fn(xs[n], layer[n]) for layer in layers for n in shapes]) / LAYERS
+            if dtype != "bf16":
+                errs = {}
+                for n in shapes:
+                    ref = xs[n].float() @ quant.dequantize(layers[0][n]).T
+                    errs[n] = float((fn(xs[n], layers[0][n]).float() - ref).norm() / ref.norm())
+                row[f"{name} err"] = errs
+        head = torch.randn(models.model_config(args.model).vocab_size, next(iter(shapes.values()))[1], device=dev,
+                           dtype=torch.bfloat16)
+        row["lm_head bf16"] = graph_ms(lambda: F.linear(xs["wqkv"], head))  # every dtype keeps it bfloat16
+        del head
+        if str(rows) in args.tune.split(","):
+            row["tune"] = tune(xs, weights, shapes)
+        results.append(row)
+        print(" | ".join([f"rows {rows:4d}", f"bf16 {row['bf16']:.4f} ms"]
+                         + [f"{k} {row[k] / row['bf16']:.2f}x" for k in variants if k != "bf16"]), flush=True)
+        print("   errors:", {k: {n: round(e, 4) for n, e in v.items()} for k, v in row.items() if k.endswith("err")},
+              flush=True)
+        if "tune" in row:
+            print("   best:", {d: row["tune"][d][:2] for d in row["tune"]}, flush=True)
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "triton": __import__("triton").__version__, "model": args.model, "shapes": shapes, "configs":
+            [[most, c._asdict()] for most, c in quant_kernels.CONFIGS]}
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+
+
+def precompile(xs: dict, weights: dict, shapes: dict, grid: list[TileConfig]) -> None:
+    """Compile every (config, dtype, K) in parallel threads (ptxas runs as a subprocess), so tuning
+    times kernels instead of waiting on one compile after another."""
+    rows = next(iter(xs.values())).shape[0]
+    jobs = [(c, layers[0][n], xs[n]) for c in grid for dtype, layers in weights.items() for n in shapes
+            if rows <= quant.FP8_TENSOR_CORE_ROWS or dtype != "fp8"]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda job: _try(lambda: quant_kernels.w8_matmul(job[2], job[1].q, job[1].scale, job[0])), jobs))
+    torch.cuda.synchronize()
+
+
+def _try(fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception as err:  # reported again when tune() times it
+        print("   precompile failed:", type(err).__name__, str(err)[:120], flush=True)
+
+
+def tune(xs: dict, weights: dict, shapes: dict) -> dict[str, list]:
+    """Per dtype, every config's layer ms over the four shapes, fastest first (failures skipped)."""
+    out: dict[str, list] = {}
+    rows = next(iter(xs.values())).shape[0]
+    grid = STREAMING_GRID if rows <= 16 else COMPUTE_GRID
+    precompile(xs, weights, shapes, grid)
+    for dtype, layers in weights.items():
+        if rows > quant.FP8_TENSOR_CORE_ROWS and dtype == "fp8":
+            continue  # fp8 runs on fp8 tensor cores there, not this kernel
+        timed = []
+        for c in grid:
+            try:
+                ms = graph_ms(lambda: [quant_kernels.w8_matmul(xs[n], layer[n].q, layer[n].scale, c)
+                                       for layer in layers[:2] for n in shapes]) / 2
+            except Exception as err:  # a tile that does not fit shared memory: not a candidate
+                print("   skip", c, type(err).__name__, flush=True)
+                continue
+            timed.append((round(ms, 5), list(c)))
+        out[dtype] = sorted(timed)
+    return out
+
+
+if __name__ == "__main__":
+    main()
