@@ -9,8 +9,8 @@ without (the GEMM alone). The Triton kernel also runs with the other dot dtype (
 in float16) to show why each dtype multiplies in the one it does. Each variant is one CUDA graph over LAYERS distinct copies of the
 weights (more bytes than L2 holds, as in a decode step), replayed REPLAYS times; the median replay
 divided by LAYERS is one layer's time. Also each variant's relative error against the float32
-product of the dequantised weights, and with `--tune` every tile configuration of STREAMING_GRID or COMPUTE_GRID
-per row count (the numbers behind `quant_kernels.CONFIGS`). Prints a table; `--json` keeps everything.
+product of the dequantised weights, and with `--tune` every tile configuration of TUNE_GRID per
+matrix (the numbers behind `quant_kernels.BY_SHAPE`). Prints a table; `--json` keeps everything.
 """
 from __future__ import annotations
 
@@ -32,10 +32,8 @@ from runners import models, quant, quant_kernels  # noqa: E402
 from runners.quant_kernels import TileConfig  # noqa: E402
 
 LAYERS, REPLAYS = 6, 15
-STREAMING_GRID = [TileConfig(16, bn, bk, w, 4) for bn, bk, w in itertools.product(
-    (16, 32, 64), (128, 256, 512), (4, 8))]  # rows ≤ 16: one row tile, weights streamed
-COMPUTE_GRID = [TileConfig(bm, bn, bk, w, s) for bm, bn, bk, w, s in itertools.product(
-    (16, 32, 64, 128), (32, 64, 128), (64, 128, 256), (4, 8), (3,))]
+TUNE_GRID = [TileConfig(16, bn, bk, w, s) for bn, bk, w, s in itertools.product(
+    (16, 32, 64), (256, 512, 1024), (4, 8), (3, 5))]  # rows ≤ 16: one row tile, weights streamed
 
 
 def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
@@ -75,7 +73,7 @@ def gemm_only(x: torch.Tensor, w: quant.QuantWeight) -> torch.Tensor:
     """`_scaled_mm` on activations quantised beforehand: the fp8 GEMM's own time."""
     key = (x.data_ptr(), x.shape)
     if key not in _QUANTISED_X:
-        _QUANTISED_X[key] = quant_kernels.fp8_rows(x, quant.FP8_MAX, quant.TINY)
+        _QUANTISED_X[key] = quant.quantize_rows(x, quant.FP8)
     xq, xs = _QUANTISED_X[key]
     return torch._scaled_mm(xq, w.q.t(), scale_a=xs, scale_b=w.scale[None, :], out_dtype=x.dtype,
                             use_fast_accum=quant.FAST_ACCUMULATION)
@@ -102,12 +100,15 @@ def main() -> None:
         "triton int8 f16-dot": ("int8", lambda x, w: quant_kernels.w8_matmul(x, w.q, w.scale, dot_f16=True)),
         "scaled_mm fp8": ("fp8", lambda x, w: quant._fp8_activations(x, w.q, w.scale)),
         "scaled_mm gemm only": ("fp8", gemm_only),
+        "int_mm int8": ("int8", lambda x, w: quant._int8_activations(x, w.q, w.scale)),
     }
     results: list[dict] = []
     for rows in [int(r) for r in args.rows.split(",")]:
         xs = {n: torch.randn(rows, i, device=dev, dtype=torch.bfloat16) for n, (_, i) in shapes.items()}
         row: dict = {"rows": rows}
         for name, (dtype, fn) in variants.items():
+            if name.startswith("int_mm") and rows <= quant.TENSOR_CORE_ROWS:
+                continue  # torch._int_mm takes more than 16 rows only
             layers = bf16 if dtype == "bf16" else weights[dtype]
             row[name] = graph_ms(lambda: [fn(xs[n], layer[n]) for layer in layers for n in shapes]) / LAYERS
             if dtype != "bf16":
@@ -124,24 +125,23 @@ def main() -> None:
             row["tune"] = tune(xs, weights, shapes)
         results.append(row)
         print(" | ".join([f"rows {rows:4d}", f"bf16 {row['bf16']:.4f} ms"]
-                         + [f"{k} {row[k] / row['bf16']:.2f}x" for k in variants if k != "bf16"]), flush=True)
+                         + [f"{k} {row[k] / row['bf16']:.2f}x" for k in variants if k != "bf16" and k in row]), flush=True)
         print("   errors:", {k: {n: round(e, 4) for n, e in v.items()} for k, v in row.items() if k.endswith("err")},
               flush=True)
         if "tune" in row:
-            print("   best:", {d: row["tune"][d][:2] for d in row["tune"]}, flush=True)
+            for d, per in row["tune"].items():
+                print(f"   best {d}:", {n: per[n][:2] for n in per}, flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "triton": __import__("triton").__version__, "model": args.model, "shapes": shapes, "configs":
-            [[most, c._asdict()] for most, c in quant_kernels.CONFIGS]}
+            "triton": __import__("triton").__version__, "model": args.model, "shapes": shapes, "default":
+            list(quant_kernels.DEFAULT), "by_shape": {str(k): list(c) for k, c in quant_kernels.BY_SHAPE.items()}}
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
 
 
-def precompile(xs: dict, weights: dict, shapes: dict, grid: list[TileConfig]) -> None:
+def precompile(xs: dict, weights: dict, shapes: dict) -> None:
     """Compile every (config, dtype, K) in parallel threads (ptxas runs as a subprocess), so tuning
     times kernels instead of waiting on one compile after another."""
-    rows = next(iter(xs.values())).shape[0]
-    jobs = [(c, layers[0][n], xs[n]) for c in grid for dtype, layers in weights.items() for n in shapes
-            if rows <= quant.FP8_TENSOR_CORE_ROWS or dtype != "fp8"]
+    jobs = [(c, layers[0][n], xs[n]) for c in TUNE_GRID for layers in weights.values() for n in shapes]
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda job: _try(lambda: quant_kernels.w8_matmul(job[2], job[1].q, job[1].scale, job[0])), jobs))
     torch.cuda.synchronize()
@@ -154,25 +154,23 @@ def _try(fn: Callable[[], object]) -> None:
         print("   precompile failed:", type(err).__name__, str(err)[:120], flush=True)
 
 
-def tune(xs: dict, weights: dict, shapes: dict) -> dict[str, list]:
-    """Per dtype, every config's layer ms over the four shapes, fastest first (failures skipped)."""
-    out: dict[str, list] = {}
-    rows = next(iter(xs.values())).shape[0]
-    grid = STREAMING_GRID if rows <= 16 else COMPUTE_GRID
-    precompile(xs, weights, shapes, grid)
+def tune(xs: dict, weights: dict, shapes: dict) -> dict[str, dict[str, list]]:
+    """Per dtype and matrix, every config's ms for that matrix, fastest first (failures skipped)."""
+    precompile(xs, weights, shapes)
+    out: dict[str, dict[str, list]] = {}
     for dtype, layers in weights.items():
-        if rows > quant.FP8_TENSOR_CORE_ROWS and dtype == "fp8":
-            continue  # fp8 runs on fp8 tensor cores there, not this kernel
-        timed = []
-        for c in grid:
-            try:
-                ms = graph_ms(lambda: [quant_kernels.w8_matmul(xs[n], layer[n].q, layer[n].scale, c)
-                                       for layer in layers[:2] for n in shapes]) / 2
-            except Exception as err:  # a tile that does not fit shared memory: not a candidate
-                print("   skip", c, type(err).__name__, flush=True)
-                continue
-            timed.append((round(ms, 5), list(c)))
-        out[dtype] = sorted(timed)
+        out[dtype] = {}
+        for n in shapes:
+            timed = []
+            for c in TUNE_GRID:
+                try:
+                    ms = graph_ms(lambda: [quant_kernels.w8_matmul(xs[n], layer[n].q, layer[n].scale, c)
+                                           for layer in layers]) / LAYERS
+                except Exception as err:  # a tile that does not fit shared memory: not a candidate
+                    print("   skip", c, type(err).__name__, flush=True)
+                    continue
+                timed.append((round(ms, 5), list(c)))
+            out[dtype][n] = sorted(timed)
     return out
 
 

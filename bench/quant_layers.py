@@ -8,8 +8,9 @@ recomputed from that same bfloat16 input with the quantised matrix, and its rela
 the bfloat16 product is kept (so an error here is that matrix's own, not one carried in from earlier
 layers). Last, the whole prefill runs with every matrix quantised, per variant, and its last-position
 logits are compared with bfloat16 (relative L2, which the old guard reported, and cosine). Variants:
-fp8 and int8 weights through the Triton kernel, and fp8 weights with per-token fp8 activations through
-`torch._scaled_mm` with fast accumulation on (the old fp8-dynamic) and off (now).
+fp8 and int8 weights through the Triton kernel; int8 weights with per-token int8 activations through
+`torch._int_mm`; fp8 weights with per-token fp8 activations through `torch._scaled_mm` with fast
+accumulation on (what the engine runs) and off.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from runners.engines.fast_quant import GUARD_PROMPT_LEN, GUARD_ROWS, MATRICES  #
 from runners.engines.ragged import Chunk, pack  # noqa: E402
 
 # name: (dtype to quantise to, tensor_core_rows, fast accumulation)
-VARIANTS = {"triton fp8": ("fp8", quant.NEVER, False), "triton int8": ("int8", quant.NEVER, False),
+VARIANTS = {"triton fp8": ("fp8", sys.maxsize, True), "triton int8": ("int8", sys.maxsize, True),
+            "int_mm int8": ("int8", 0, True),
             "scaled_mm fp8 fast-acc": ("fp8", 0, True), "scaled_mm fp8": ("fp8", 0, False)}
 
 

@@ -46,6 +46,7 @@ class ModelInfo:
     quant_logits_cosine: float | None = None
     quant_token_agreement: float | None = None
     quant_accuracy: list[dict] | None = None
+    quant_tiles: dict[str, list[int]] | None = None  # the Triton tile setup chose per matrix on this GPU
     tensor_parallel: int = 1  # over 1, weight_bytes and kv_bytes_per_token are one rank's shard
 
 

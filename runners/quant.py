@@ -15,7 +15,6 @@ and the kernel is chosen by the row count at run time without a recompile:
 """
 from __future__ import annotations
 
-import sys
 from typing import NamedTuple
 
 import torch
@@ -26,8 +25,8 @@ FP8 = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8).max)  # 448
 INT8_MAX = 127.0
 TINY = 1e-12  # floor on an amax, so an all-zero row gets a finite scale instead of 0/0
-FP8_TENSOR_CORE_ROWS = 16  # fp8: where fp8 tensor cores start to beat streaming weights on the H200 (docs/quantisation.md)
-NEVER = sys.maxsize
+TENSOR_CORE_ROWS = 16  # fp8 and int8: where one-byte tensor cores start to beat streaming weights on the H200
+                       # (docs/quantisation.md)
 FAST_ACCUMULATION = True  # measured: no error difference at K up to 14 336, and faster (docs/quantisation.md)
 
 
@@ -45,6 +44,8 @@ def quantize(w: Tensor, dtype: str) -> QuantWeight:
     w32 = w.detach().float()
     amax = w32.abs().amax(dim=1).clamp(min=TINY)
     if dtype == "int8":
+        if w.shape[0] % 8 or w.shape[1] % 8:
+            raise ValueError(f"int8 needs weight dimensions divisible by 8 (torch._int_mm), got {tuple(w.shape)}")
         scale = amax / INT8_MAX
         q = torch.round(w32 / scale[:, None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     elif dtype in ("fp8", "fp8-dynamic"):
@@ -55,7 +56,7 @@ def quantize(w: Tensor, dtype: str) -> QuantWeight:
         q = (w32 / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)  # e4m3fn has no inf: clamp first
     else:
         raise ValueError(f"no quantisation for dtype {dtype!r}")
-    rows = {"fp8-dynamic": 0, "fp8": FP8_TENSOR_CORE_ROWS, "int8": NEVER}[dtype]
+    rows = 0 if dtype == "fp8-dynamic" else TENSOR_CORE_ROWS
     return QuantWeight(q.contiguous(), scale.contiguous(), rows)
 
 
@@ -74,22 +75,25 @@ def linear(x: Tensor, w: Tensor | QuantWeight, bias: Tensor | None = None) -> Te
     return out if bias is None else out + bias
 
 
-TRITON, TENSOR_CORES, DEQUANTISE = "triton w8a16", "scaled_mm fp8 activations", "dequantise + F.linear"
+TRITON, DEQUANTISE = "triton w8a16", "dequantise + F.linear"
+FP8_TENSOR_CORES, INT8_TENSOR_CORES = "scaled_mm fp8 activations", "int_mm int8 activations"
 
 
-def kernel_for(rows: int, tensor_core_rows: int, on_cuda: bool) -> str:
+def kernel_for(rows: int, tensor_core_rows: int, on_cuda: bool, weight_dtype: torch.dtype) -> str:
     """Which kernel an M-row product with this weight runs (named in model.json's accuracy checks)."""
     if rows > tensor_core_rows:
-        return TENSOR_CORES
+        return FP8_TENSOR_CORES if weight_dtype == FP8 else INT8_TENSOR_CORES
     return TRITON if on_cuda else DEQUANTISE
 
 
 @torch.library.custom_op("batchscope::quant_matmul", mutates_args=())
 def quant_matmul(x: Tensor, q: Tensor, scale: Tensor, tensor_core_rows: int) -> Tensor:
     """x [M, K] @ (q [N, K] × scale [N])ᵀ in x's dtype, by the kernel the row count calls for."""
-    kernel = kernel_for(x.shape[0], tensor_core_rows, x.is_cuda)
-    if kernel == TENSOR_CORES:
+    kernel = kernel_for(x.shape[0], tensor_core_rows, x.is_cuda, q.dtype)
+    if kernel == FP8_TENSOR_CORES:
         return _fp8_activations(x, q, scale)
+    if kernel == INT8_TENSOR_CORES:
+        return _int8_activations(x, q, scale)
     if kernel == TRITON:
         from runners import quant_kernels  # Triton: CUDA builds of torch ship it; CPU ones need not
         return quant_kernels.w8_matmul(x.contiguous(), q, scale)
@@ -108,11 +112,29 @@ def _fp8_activations(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     contiguous [out, in] q is), in and out divisible by 16 (checked at quantisation), any M. On a GPU
     the activations are quantised by one Triton kernel; on CPU by the same arithmetic in torch ops.
     """
-    if x.is_cuda:
-        from runners import quant_kernels
-        xq, x_scale = quant_kernels.fp8_rows(x.contiguous(), FP8_MAX, TINY)
-    else:
-        x_scale = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=TINY) / FP8_MAX
-        xq = (x.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    xq, x_scale = quantize_rows(x, FP8)
     return torch._scaled_mm(xq, q.t(), scale_a=x_scale, scale_b=scale[None, :], out_dtype=x.dtype,
                             use_fast_accum=FAST_ACCUMULATION)
+
+
+def _int8_activations(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
+    """Per-token int8 activations × per-channel int8 weights on int8 tensor cores (`torch._int_mm`:
+    more than 16 rows, sizes divisible by 8; int32 out), then both scales in one epilogue."""
+    xq, x_scale = quantize_rows(x, torch.int8)
+    acc = torch._int_mm(xq, q.t())
+    if x.is_cuda:
+        from runners import quant_kernels
+        return quant_kernels.scale_int32(acc, x_scale, scale, x.dtype)
+    return (acc.float() * x_scale * scale).to(x.dtype)
+
+
+def quantize_rows(x: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Each activation row scaled by its own amax to fp8 or int8: (q, scale [M, 1] float32). On a GPU one
+    Triton kernel; on CPU the same arithmetic in torch ops."""
+    qmax = FP8_MAX if dtype == FP8 else INT8_MAX
+    if x.is_cuda:
+        from runners import quant_kernels
+        return quant_kernels.quantize_rows(x.contiguous(), dtype, qmax, TINY)
+    x_scale = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=TINY) / qmax
+    scaled = (x.float() / x_scale).clamp(-qmax, qmax)
+    return (scaled.to(FP8) if dtype == FP8 else torch.round(scaled).to(torch.int8)), x_scale

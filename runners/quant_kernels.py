@@ -14,8 +14,9 @@ bfloat16's time instead of 0.6×), so the fp8 product runs in float16: activatio
 overflow, far above what reaches a Llama matmul (normalised, or the MLP's gated product). The programs
 of one column block are launched next to each other, so when several row tiles read the same weight
 tile the later ones find it in L2.
-Configurations are fixed per row bucket instead of autotuned, so nothing is benchmarked while a step is
-measured; `warm(...)` compiles each bucket's kernel in setup. Triton ships with torch's CUDA builds.
+The configuration is chosen per weight shape in setup (`choose`) and fixed after, so nothing is
+benchmarked while a step is measured, and the row count is not specialised on, so one compile per
+weight shape serves every row count. Triton ships with torch's CUDA builds.
 """
 from __future__ import annotations
 
@@ -35,20 +36,52 @@ class TileConfig(NamedTuple):
     num_stages: int
 
 
-# (most rows, config): the first whose bound covers M is used. Small buckets stream weights (many
-# narrow column blocks so every SM has loads in flight); large ones are compute tiles.
-CONFIGS: tuple[tuple[int, TileConfig], ...] = (
-    (16, TileConfig(16, 32, 256, 4, 4)),
-    (32, TileConfig(16, 32, 256, 4, 4)),
-    (64, TileConfig(32, 64, 128, 4, 3)),
-    (128, TileConfig(64, 64, 64, 4, 3)),
-    (1 << 62, TileConfig(64, 128, 64, 4, 3)),
-)
+# The engine runs this kernel up to quant.TENSOR_CORE_ROWS rows (one-byte tensor cores take over above),
+# so one row tile of 16 covers it: weights are streamed once, in as many column blocks as keep every SM
+# loading. Which width and depth does that best depends on the matrix and the GPU, so setup times
+# CANDIDATES on the model's own weights (`choose`) and keeps the fastest per shape in CHOSEN.
+DEFAULT = TileConfig(16, 32, 256, 4, 4)
+CANDIDATES = (DEFAULT, TileConfig(16, 16, 256, 4, 4), TileConfig(16, 16, 512, 4, 3), TileConfig(16, 32, 512, 4, 3),
+              TileConfig(16, 64, 256, 4, 4), TileConfig(16, 64, 512, 8, 3), TileConfig(16, 32, 1024, 8, 3),
+              TileConfig(16, 64, 1024, 8, 3))
+CHOSEN: dict[tuple[int, int, torch.dtype], TileConfig] = {}
+TIMED_REPLAYS = 3
 
 
-def config_for(rows: int) -> TileConfig:
-    """The tile configuration used for an M-row product."""
-    return next(config for most, config in CONFIGS if rows <= most)
+def config_for(n: int, k: int, dtype: torch.dtype) -> TileConfig:
+    """The tile configuration for an [N, K] weight of `dtype`: the one setup chose, else DEFAULT."""
+    return CHOSEN.get((n, k, dtype), DEFAULT)
+
+
+def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> TileConfig:
+    """Time every candidate on one-row products with each of `weights` (all the layers' copies of one
+    matrix: more bytes than L2 holds, as in a decode step), each candidate as one CUDA graph, its best
+    of TIMED_REPLAYS replays; keep and return the fastest. Runs in setup, compiles included."""
+    q0 = weights[0][0]
+    x = torch.zeros(1, q0.shape[1], dtype=x_dtype, device=q0.device)
+    best: tuple[float, TileConfig] | None = None
+    for config in CANDIDATES:
+        run = lambda: [w8_matmul(x, q, s, config) for q, s in weights]
+        stream = torch.cuda.Stream(q0.device)
+        stream.wait_stream(torch.cuda.current_stream(q0.device))
+        with torch.cuda.stream(stream):
+            run()  # compiles this candidate for this K
+        torch.cuda.current_stream(q0.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        times = []
+        for _ in range(TIMED_REPLAYS):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        if best is None or min(times) < best[0]:
+            best = (min(times), config)
+    CHOSEN[(q0.shape[0], q0.shape[1], q0.dtype)] = best[1]
+    return best[1]
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -82,7 +115,7 @@ def w8_matmul(x: Tensor, q: Tensor, scale: Tensor, config: TileConfig | None = N
     `dot_f16` (default: for fp8 weights) multiplies in float16; bench/quant_kernels.py times both."""
     m, k = x.shape
     n = q.shape[0]
-    c = config or config_for(m)
+    c = config or config_for(n, k, q.dtype)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(m, c.block_m), triton.cdiv(n, c.block_n))
     _w8_matmul_kernel[grid](x, q, scale, out, m, n, x.stride(0), q.stride(0), out.stride(0), K=k,
@@ -93,31 +126,46 @@ def w8_matmul(x: Tensor, q: Tensor, scale: Tensor, config: TileConfig | None = N
 
 
 @triton.jit
-def _fp8_rows_kernel(x_ptr, q_ptr, scale_ptr, stride_xm, K: tl.constexpr, BLOCK_K: tl.constexpr,
-                     FP8_MAX: tl.constexpr, TINY: tl.constexpr):
+def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, stride_xm, K: tl.constexpr, BLOCK_K: tl.constexpr,
+                          QMAX: tl.constexpr, TINY: tl.constexpr, ROUND: tl.constexpr):
     row = tl.program_id(0)
     ks = tl.arange(0, BLOCK_K)
     x = tl.load(x_ptr + row * stride_xm + ks, mask=ks < K, other=0.0).to(tl.float32)
-    scale = tl.maximum(tl.max(tl.abs(x), axis=0), TINY) / FP8_MAX
+    scale = tl.maximum(tl.max(tl.abs(x), axis=0), TINY) / QMAX
     tl.store(scale_ptr + row, scale)
-    q = tl.minimum(tl.maximum(x / scale, -FP8_MAX), FP8_MAX)
+    q = tl.minimum(tl.maximum(x / scale, -QMAX), QMAX)
+    if ROUND:  # to the nearest integer, halves away from zero (torch.round takes them to even: rarely differs)
+        q = tl.where(q >= 0, tl.floor(q + 0.5), tl.ceil(q - 0.5))
     tl.store(q_ptr + row * K + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
 
 
-def fp8_rows(x: Tensor, fp8_max: float, tiny: float) -> tuple[Tensor, Tensor]:
-    """Each row of x [M, K] scaled by its own amax to float8_e4m3fn: (q [M, K], scale [M, 1] float32),
-    in one launch (as separate torch ops it was seven, which cost more than the fp8 product saved)."""
+def quantize_rows(x: Tensor, dtype: torch.dtype, qmax: float, tiny: float) -> tuple[Tensor, Tensor]:
+    """Each row of x [M, K] scaled by its own amax to `dtype` (float8_e4m3fn or int8): (q [M, K],
+    scale [M, 1] float32), in one launch (as separate torch ops it was seven, which cost more than the
+    one-byte product saved)."""
     m, k = x.shape
-    q = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=x.device)
+    q = torch.empty(m, k, dtype=dtype, device=x.device)
     scale = torch.empty(m, 1, dtype=torch.float32, device=x.device)
     block = triton.next_power_of_2(k)
-    _fp8_rows_kernel[(m,)](x, q, scale, x.stride(0), K=k, BLOCK_K=block, FP8_MAX=fp8_max, TINY=tiny,
-                           num_warps=max(4, min(16, block // 1024)))
+    _quantize_rows_kernel[(m,)](x, q, scale, x.stride(0), K=k, BLOCK_K=block, QMAX=qmax, TINY=tiny,
+                                ROUND=dtype == torch.int8, num_warps=max(4, min(16, block // 1024)))
     return q, scale
 
 
-def bucket_rows() -> list[int]:
-    """One row count per configuration (its bound; twice the last bound for the open-ended one): the
-    shapes setup must run so every configuration is compiled before anything is measured."""
-    bounds = [most for most, _ in CONFIGS[:-1]]
-    return bounds + [2 * bounds[-1]]
+@triton.jit
+def _scale_int32_kernel(acc_ptr, x_scale_ptr, w_scale_ptr, out_ptr, total, N, BLOCK: tl.constexpr):
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = idx < total
+    acc = tl.load(acc_ptr + idx, mask=inside, other=0).to(tl.float32)
+    x_scale = tl.load(x_scale_ptr + idx // N, mask=inside, other=0.0)
+    w_scale = tl.load(w_scale_ptr + idx % N, mask=inside, other=0.0)
+    tl.store(out_ptr + idx, (acc * x_scale * w_scale).to(out_ptr.dtype.element_ty), mask=inside)
+
+
+def scale_int32(acc: Tensor, x_scale: Tensor, w_scale: Tensor, dtype: torch.dtype) -> Tensor:
+    """acc [M, N] int32 × x_scale [M, 1] × w_scale [N] in `dtype`: torch._int_mm's epilogue, one launch."""
+    out = torch.empty(acc.shape, dtype=dtype, device=acc.device)
+    block = 1024
+    _scale_int32_kernel[(triton.cdiv(acc.numel(), block),)](acc, x_scale, w_scale, out, acc.numel(), acc.shape[1],
+                                                           BLOCK=block)
+    return out

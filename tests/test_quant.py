@@ -121,7 +121,7 @@ def test_engine_quantises_frees_bf16_and_counts_the_bytes_describe_predicts(dtyp
     assert engine.facts()["quant_logits_cosine"] > 0.999
     assert engine.facts()["quant_token_agreement"] > 0.9
     assert [c["kernel"] for c in engine.facts()["quant_accuracy"]] == (
-        [quant.DEQUANTISE] if dtype == "int8" else [quant.DEQUANTISE, quant.TENSOR_CORES])
+        [quant.DEQUANTISE, quant.INT8_TENSOR_CORES if dtype == "int8" else quant.FP8_TENSOR_CORES])
     assert f"weights {dtype}" in engine.version()
 
 

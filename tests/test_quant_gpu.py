@@ -32,7 +32,8 @@ def test_compiled_graph_engine_accuracy_vs_bf16(dtype: str) -> None:
     facts = engine.facts()
     print(dtype, facts["quant_accuracy"])
     assert facts["quant_logits_cosine"] >= 0.9 and facts["quant_token_agreement"] >= 0.2
-    kernels = {"int8": [quant.TRITON], "fp8": [quant.TRITON, quant.TENSOR_CORES], "fp8-dynamic": [quant.TENSOR_CORES]}
+    kernels = {"int8": [quant.TRITON, quant.INT8_TENSOR_CORES], "fp8": [quant.TRITON, quant.FP8_TENSOR_CORES],
+               "fp8-dynamic": [quant.FP8_TENSOR_CORES]}
     assert [c["kernel"] for c in facts["quant_accuracy"]] == kernels[dtype]
     assert facts["weight_bytes"] == models.describe("llama-3.2-1b", loaded.config, dtype).weight_bytes
     gen = engine.generate(Batch(prompt_ids=[[5] * 40, [7] * 33, [9] * 40], output_lens=[8, 8, 8]))
@@ -49,7 +50,7 @@ def test_triton_kernel_matches_dequantised_reference(dtype: str, rows: int) -> N
     x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16)
     qw = quant.quantize(w, dtype)
     ref = x.float() @ quant.dequantize(qw).T
-    for _, config in quant_kernels.CONFIGS:
+    for config in [quant_kernels.DEFAULT, *quant_kernels.BY_SHAPE.values(), quant_kernels.TileConfig(64, 64, 128, 4, 3)]:
         out = quant_kernels.w8_matmul(x, qw.q, qw.scale, config)
         assert out.dtype == torch.bfloat16
         assert float((out.float() - ref).norm() / ref.norm()) < 0.005  # bfloat16 output rounding only
@@ -60,7 +61,7 @@ def test_fp8_row_quantisation_kernel_equals_the_torch_ops() -> None:
         pytest.skip("needs compute capability ≥ 8.9")
     from runners import quant_kernels
     x = torch.randn(7, 14336, device="cuda", dtype=torch.bfloat16) * torch.logspace(-3, 3, 7, device="cuda")[:, None]
-    q, scale = quant_kernels.fp8_rows(x, quant.FP8_MAX, quant.TINY)
+    q, scale = quant_kernels.quantize_rows(x, quant.FP8, quant.FP8_MAX, quant.TINY)
     want_scale = x.float().abs().amax(dim=-1, keepdim=True) / quant.FP8_MAX
     want_q = (x.float() / want_scale).clamp(-quant.FP8_MAX, quant.FP8_MAX).to(quant.FP8)
     torch.testing.assert_close(scale, want_scale, rtol=1e-6, atol=0)
@@ -75,7 +76,7 @@ def test_scaled_mm_path_matches_dequantised_reference(rows: int) -> None:
     x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16)
     qw = quant.quantize(w, "fp8-dynamic")
     ref = x.float() @ quant.dequantize(qw).T
-    assert quant.kernel_for(rows, qw.tensor_core_rows, True) == quant.TENSOR_CORES
+    assert quant.kernel_for(rows, qw.tensor_core_rows, True, qw.q.dtype) == quant.FP8_TENSOR_CORES
     for fn in (quant.linear, torch.compile(quant.linear, dynamic=True)):
         out = fn(x, qw)
         assert out.dtype == torch.bfloat16

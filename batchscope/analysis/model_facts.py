@@ -55,6 +55,7 @@ def model_facts(model_name_or_path: str, dtype: str) -> dict[str, Any]:
         "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "intermediate": inter, "vocab": vocab,
         "context": config["max_position_embeddings"], "dtype": dtype,
         "quant_logits_cosine": None, "quant_token_agreement": None, "quant_accuracy": None,  # measured at load
+        "quant_tiles": None,
         "tensor_parallel": 1,  # a tensor-parallel run's model.json holds one rank's byte counts instead
     }
 

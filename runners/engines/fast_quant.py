@@ -21,7 +21,7 @@ from torch import Tensor
 from runners.engines.fast_model import DecodeState, FastDecoder
 from runners.engines.ragged import Chunk, pack
 from runners.kv_layout import cache_len
-from runners.quant import NEVER, QuantWeight, kernel_for, linear, quantize
+from runners.quant import QuantWeight, kernel_for, linear, quantize
 
 MATRICES = ("wqkv", "wo", "w13", "w2")
 GUARD_ROWS, GUARD_PROMPT_LEN, GUARD_STEPS = 4, 32, 32
@@ -95,7 +95,8 @@ def accuracy(decoder: FastDecoder, reference: Reference, rows: int, step_runner:
         agree.append(logits.argmax(dim=-1) == ref_tokens[:, k + 1])
     cosine, agreed = torch.stack(cosines), torch.stack(agree)
     weight = decoder.layers[0].wqkv
-    return {"rows": rows, "kernel": kernel_for(rows, weight.tensor_core_rows, decoder.device.type == "cuda"),
+    return {"rows": rows, "kernel": kernel_for(rows, weight.tensor_core_rows, decoder.device.type == "cuda",
+                                           weight.q.dtype),
             "logits_cosine": float(cosine.mean()), "logits_cosine_min": float(cosine.min()),
             "token_agreement": float(agreed.float().mean())}
 
@@ -104,7 +105,7 @@ def guard_rows(tensor_core_rows: int) -> list[int]:
     """Row counts that reach every kernel the decode step can use: the guard batch, and past the fp8
     tensor-core switch when there is one above it."""
     rows = [GUARD_ROWS]
-    if GUARD_ROWS <= tensor_core_rows < NEVER:
+    if tensor_core_rows >= GUARD_ROWS:
         rows.append(-(-(tensor_core_rows + 1) // GUARD_ROWS) * GUARD_ROWS)
     return rows
 
@@ -112,29 +113,36 @@ def guard_rows(tensor_core_rows: int) -> list[int]:
 def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: str,
                         step_runner: StepRunner, prepare: Callable[[], None]) -> dict[str, Any]:
     """Record the bfloat16 reference, quantise in place, `prepare` the decoder (compile), warm the
-    kernels, then check every kernel path against the reference; returns model.json's accuracy fields."""
+    kernels (choosing the Triton tiles), then check every kernel path against the reference; returns
+    model.json's accuracy fields and the tiles."""
     reference = reference_run(decoder)
     quantize_decoder(decoder, hf_model, dtype)
     prepare()
-    warm_kernels(decoder)
+    tiles = warm_kernels(decoder)
     checks = [accuracy(decoder, reference, rows, step_runner)
               for rows in guard_rows(decoder.layers[0].wqkv.tensor_core_rows)]
     return {"quant_logits_cosine": min(c["logits_cosine"] for c in checks),
             "quant_token_agreement": min(c["token_agreement"] for c in checks),
-            "quant_accuracy": checks}
+            "quant_accuracy": checks, "quant_tiles": tiles or None}
 
 
-def warm_kernels(decoder: FastDecoder) -> None:
-    """Run every quantised matrix shape once per row bucket the kernels distinguish, so each Triton
-    configuration compiles (and cuBLAS picks its fp8 algorithm) in setup, never inside a measured step."""
+def warm_kernels(decoder: FastDecoder) -> dict[str, list[int]]:
+    """Choose each matrix's Triton tile on this GPU, then run every matrix once on each side of the
+    tensor-core switch, so every kernel compiles (and cuBLAS picks its one-byte algorithm) in setup,
+    never inside a measured step. Returns the chosen tiles (model.json's quant_tiles)."""
     if decoder.device.type != "cuda":
-        return
-    from runners.quant_kernels import bucket_rows
-    for w in {(m.q.shape, m.tensor_core_rows): m for m in (getattr(decoder.layers[0], n) for n in MATRICES)}.values():
-        for rows in bucket_rows() + [w.tensor_core_rows + 1]:
-            if rows < NEVER:
-                linear(torch.zeros(rows, w.q.shape[1], dtype=decoder.dtype, device=decoder.device), w)
+        return {}
+    from runners import quant_kernels
+    tiles: dict[str, list[int]] = {}
+    for name in MATRICES:
+        weights = [getattr(layer, name) for layer in decoder.layers]
+        w = weights[0]
+        if w.tensor_core_rows > 0:
+            tiles[name] = list(quant_kernels.choose([(m.q, m.scale) for m in weights], decoder.dtype))
+        for rows in {1, w.tensor_core_rows + 1}:
+            linear(torch.zeros(rows, w.q.shape[1], dtype=decoder.dtype, device=decoder.device), w)
     torch.cuda.synchronize(decoder.device)
+    return tiles
 
 
 def _fresh_state(decoder: FastDecoder, rows: int) -> DecodeState:
