@@ -10,7 +10,7 @@ in float16) to show why each dtype multiplies in the one it does. Each variant i
 weights (more bytes than L2 holds, as in a decode step), replayed REPLAYS times; the median replay
 divided by LAYERS is one layer's time. Also each variant's relative error against the float32
 product of the dequantised weights, and with `--tune` every tile configuration of TUNE_GRID per
-matrix (the numbers behind `quant_kernels.BY_SHAPE`). Prints a table; `--json` keeps everything.
+matrix (the numbers behind `quant_kernels.CANDIDATES`). Prints a table; `--json` keeps everything.
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def main() -> None:
                 print(f"   best {d}:", {n: per[n][:2] for n in per}, flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "triton": __import__("triton").__version__, "model": args.model, "shapes": shapes, "default":
-            list(quant_kernels.DEFAULT), "by_shape": {str(k): list(c) for k, c in quant_kernels.BY_SHAPE.items()}}
+            list(quant_kernels.DEFAULT), "candidates": [list(c) for c in quant_kernels.CANDIDATES]}
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
 

@@ -41,9 +41,10 @@ class TileConfig(NamedTuple):
 # loading. Which width and depth does that best depends on the matrix and the GPU, so setup times
 # CANDIDATES on the model's own weights (`choose`) and keeps the fastest per shape in CHOSEN.
 DEFAULT = TileConfig(16, 32, 256, 4, 4)
-CANDIDATES = (DEFAULT, TileConfig(16, 16, 256, 4, 4), TileConfig(16, 16, 512, 4, 3), TileConfig(16, 32, 512, 4, 3),
-              TileConfig(16, 64, 256, 4, 4), TileConfig(16, 64, 512, 8, 3), TileConfig(16, 32, 1024, 8, 3),
-              TileConfig(16, 64, 1024, 8, 3))
+# the fastest per 8B matrix in a 36-tile search on the H200 (docs/quantisation.md), and DEFAULT
+CANDIDATES = (DEFAULT, TileConfig(16, 64, 512, 4, 3), TileConfig(16, 32, 1024, 4, 3), TileConfig(16, 64, 256, 4, 3),
+              TileConfig(16, 32, 256, 4, 5), TileConfig(16, 32, 256, 4, 3), TileConfig(16, 64, 256, 4, 4),
+              TileConfig(16, 16, 256, 4, 4))
 CHOSEN: dict[tuple[int, int, torch.dtype], TileConfig] = {}
 TIMED_REPLAYS = 3
 
