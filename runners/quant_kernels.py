@@ -20,6 +20,7 @@ weight shape serves every row count. Triton ships with torch's CUDA builds.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import torch
@@ -49,6 +50,12 @@ CHOSEN: dict[tuple[int, int, torch.dtype], TileConfig] = {}
 TIMED_REPLAYS = 3
 
 
+def _on(device: torch.device) -> contextlib.AbstractContextManager:
+    """Triton launches on the current CUDA device, which need not be the tensors' (a sweep on cuda:1);
+    the CPU interpreter has none."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def config_for(n: int, k: int, dtype: torch.dtype) -> TileConfig:
     """The tile configuration for an [N, K] weight of `dtype`: the one setup chose, else DEFAULT."""
     return CHOSEN.get((n, k, dtype), DEFAULT)
@@ -59,28 +66,29 @@ def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> TileCo
     matrix: more bytes than L2 holds, as in a decode step), each candidate as one CUDA graph, its best
     of TIMED_REPLAYS replays; keep and return the fastest. Runs in setup, compiles included."""
     q0 = weights[0][0]
-    x = torch.zeros(1, q0.shape[1], dtype=x_dtype, device=q0.device)
-    best: tuple[float, TileConfig] | None = None
-    for config in CANDIDATES:
-        run = lambda: [w8_matmul(x, q, s, config) for q, s in weights]
-        stream = torch.cuda.Stream(q0.device)
-        stream.wait_stream(torch.cuda.current_stream(q0.device))
-        with torch.cuda.stream(stream):
-            run()  # compiles this candidate for this K
-        torch.cuda.current_stream(q0.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            run()
-        times = []
-        for _ in range(TIMED_REPLAYS):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        if best is None or min(times) < best[0]:
-            best = (min(times), config)
+    with _on(q0.device):
+        x = torch.zeros(1, q0.shape[1], dtype=x_dtype, device=q0.device)
+        best: tuple[float, TileConfig] | None = None
+        for config in CANDIDATES:
+            run = lambda: [w8_matmul(x, q, s, config) for q, s in weights]
+            stream = torch.cuda.Stream(q0.device)
+            stream.wait_stream(torch.cuda.current_stream(q0.device))
+            with torch.cuda.stream(stream):
+                run()  # compiles this candidate for this K
+            torch.cuda.current_stream(q0.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run()
+            times = []
+            for _ in range(TIMED_REPLAYS):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            if best is None or min(times) < best[0]:
+                best = (min(times), config)
     CHOSEN[(q0.shape[0], q0.shape[1], q0.dtype)] = best[1]
     return best[1]
 
@@ -119,17 +127,18 @@ def w8_matmul(x: Tensor, q: Tensor, scale: Tensor, config: TileConfig | None = N
     c = config or config_for(n, k, q.dtype)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(m, c.block_m), triton.cdiv(n, c.block_n))
-    _w8_matmul_kernel[grid](x, q, scale, out, m, n, x.stride(0), q.stride(0), out.stride(0), K=k,
-                            BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
-                            DOT_F16=q.dtype == torch.float8_e4m3fn if dot_f16 is None else dot_f16,
-                            num_warps=c.num_warps, num_stages=c.num_stages)
+    with _on(x.device):
+        _w8_matmul_kernel[grid](x, q, scale, out, m, n, x.stride(0), q.stride(0), out.stride(0), K=k,
+                                BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+                                DOT_F16=q.dtype == torch.float8_e4m3fn if dot_f16 is None else dot_f16,
+                                num_warps=c.num_warps, num_stages=c.num_stages)
     return out
 
 
 @triton.jit
 def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, stride_xm, K: tl.constexpr, BLOCK_K: tl.constexpr,
                           QMAX: tl.constexpr, TINY: tl.constexpr, ROUND: tl.constexpr):
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # row × K passes 2³¹ in a long static prefill
     ks = tl.arange(0, BLOCK_K)
     x = tl.load(x_ptr + row * stride_xm + ks, mask=ks < K, other=0.0).to(tl.float32)
     scale = tl.maximum(tl.max(tl.abs(x), axis=0), TINY) / QMAX
@@ -148,14 +157,15 @@ def quantize_rows(x: Tensor, dtype: torch.dtype, qmax: float, tiny: float) -> tu
     q = torch.empty(m, k, dtype=dtype, device=x.device)
     scale = torch.empty(m, 1, dtype=torch.float32, device=x.device)
     block = triton.next_power_of_2(k)
-    _quantize_rows_kernel[(m,)](x, q, scale, x.stride(0), K=k, BLOCK_K=block, QMAX=qmax, TINY=tiny,
-                                ROUND=dtype == torch.int8, num_warps=max(4, min(16, block // 1024)))
+    with _on(x.device):
+        _quantize_rows_kernel[(m,)](x, q, scale, x.stride(0), K=k, BLOCK_K=block, QMAX=qmax, TINY=tiny,
+                                    ROUND=dtype == torch.int8, num_warps=max(4, min(16, block // 1024)))
     return q, scale
 
 
 @triton.jit
 def _scale_int32_kernel(acc_ptr, x_scale_ptr, w_scale_ptr, out_ptr, total, N, BLOCK: tl.constexpr):
-    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # M × N passes 2³¹ in a long prefill
     inside = idx < total
     acc = tl.load(acc_ptr + idx, mask=inside, other=0).to(tl.float32)
     x_scale = tl.load(x_scale_ptr + idx // N, mask=inside, other=0.0)
@@ -167,6 +177,7 @@ def scale_int32(acc: Tensor, x_scale: Tensor, w_scale: Tensor, dtype: torch.dtyp
     """acc [M, N] int32 × x_scale [M, 1] × w_scale [N] in `dtype`: torch._int_mm's epilogue, one launch."""
     out = torch.empty(acc.shape, dtype=dtype, device=acc.device)
     block = 1024
-    _scale_int32_kernel[(triton.cdiv(acc.numel(), block),)](acc, x_scale, w_scale, out, acc.numel(), acc.shape[1],
-                                                           BLOCK=block)
+    with _on(acc.device):
+        _scale_int32_kernel[(triton.cdiv(acc.numel(), block),)](acc, x_scale, w_scale, out, acc.numel(),
+                                                               acc.shape[1], BLOCK=block)
     return out
