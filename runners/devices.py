@@ -26,6 +26,14 @@ def resolve(device: str) -> torch.device:
     return torch.device("cpu")
 
 
+def use(device: torch.device) -> None:
+    """Make a CUDA device the process's current one, so the timing events, streams, CUDA graphs and
+    Triton launches that take the current device land on the sweep's GPU (a sweep on cuda:1 that
+    skipped this recorded its events on GPU 0 and timed nothing)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
 def check_dtype(device: torch.device, dtype: str) -> None:
     """Run a small matmul in the dtype: the cheapest honest answer to 'can this device do it?'."""
     if DTYPES[dtype] == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():

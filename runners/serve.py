@@ -205,6 +205,7 @@ def build(args: argparse.Namespace, timings: TextIO | None) -> tuple[Completions
     """Load the model and set the engine up (every shape warmed) before the port opens: a server that
     answers is ready."""
     device = devices.resolve(args.device)
+    devices.use(device)
     devices.check_dtype(device, args.dtype)
     loaded = models.load(args.model, args.dtype, device, args.seed)
     static = FastEngine(loaded)

@@ -132,6 +132,7 @@ def run_sweep(spec: SweepSpec, out: Path) -> dict[str, Any]:
         device = endpoint.telemetry_device(spec)
     else:
         device = devices.resolve(spec.device)
+        devices.use(device)
         devices.check_dtype(device, spec.dtype)
         devices.check_ranks(device, world_size(spec), "tensor_parallel" if spec.tensor_parallel > 1 else "replicas")
     make_out_dir(out)

@@ -277,6 +277,28 @@ def test_real_oom_is_a_result_and_stops_the_sweep(tmp_path):
     assert pq.read_table(out / "points" / "p0000.summary.parquet").to_pylist()[0]["status"] == "ok"
 
 
+@pytest.mark.gpu
+def test_a_sweep_on_the_second_gpu_times_its_steps_there(tmp_path):
+    """On GPU 1 the step times must match GPU 0's (same model, same shape): a runner that left GPU 0
+    current recorded its CUDA events there and timed nothing (0.00 ms steps on the H200 pair)."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    steps = {}
+    for gpu in (0, 1):
+        out = tmp_path / f"gpu{gpu}"
+        result = run_runner(out, "--model", "llama-3.2-1b", "--dtype", "bfloat16", "--engine", "fast",
+                            "--device", f"cuda:{gpu}", "--batch-sizes", "1,8", "--prompt-len", "fixed:128",
+                            "--output-len", "fixed:32", "--repeats", "2", "--warmup", "1", "--no-calibrate",
+                            timeout=600)
+        assert result.returncode == 0, result.stderr
+        steps[gpu] = [pq.read_table(out / "points" / f"p000{i}.summary.parquet").to_pylist()[0]["decode_step_ms"]
+                      for i in (0, 1)]
+    for on_0, on_1 in zip(steps[0], steps[1]):
+        assert on_1 > 0.5 * on_0 and on_1 < 2 * on_0
+
+
 def test_an_in_flight_atomic_write_of_the_app_does_not_block_the_runner(tmp_path):
     """The app rewrites status.json (temp file + rename) right after launching the runner; the runner
     must not take that temp file for another run's results."""
