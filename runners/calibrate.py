@@ -1,7 +1,9 @@
 """Measured ceilings for the roofline: device-copy bandwidth and matmul rate in the run's dtype.
 
-The matmul dtype is the one the run's matmuls use: bfloat16 for the weight-only quantised dtypes
-(fp8, int8: the math is bfloat16), float8_e4m3fn for fp8-dynamic (`torch._scaled_mm` probe).
+The matmul dtype is the one the run's compute-bound matmuls use: float8_e4m3fn for fp8 and
+fp8-dynamic (their products over 16 rows run on fp8 tensor cores; `torch._scaled_mm` probe), bfloat16
+for int8 (its int8 tensor-core products are not probed, so its compute floor is bfloat16's: an
+overestimate where the step is compute-bound).
 
 A roofline built from data-sheet numbers flatters or blames the engine by whatever the sheet is off
 by (boost clocks, ECC, memory clocks), so the sweep measures both ceilings on the device it runs on

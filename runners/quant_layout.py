@@ -9,14 +9,16 @@ KV cache.
 from __future__ import annotations
 
 QUANT_DTYPES: dict[str, str] = {
-    "fp8": "fp8 e4m3 weights with a scale per output channel, dequantised to bfloat16 inside the "
-           "matmul (weight-only); activations and KV cache stay bfloat16. Needs a GPU with fp8 "
-           "(compute capability ≥ 8.9) or runs slowly on CPU.",
-    "fp8-dynamic": "fp8 e4m3 weights and fp8 activations (a scale per token, computed each step), "
-                   "multiplied on fp8 tensor cores; KV cache stays bfloat16. Needs a GPU with fp8 "
+    "fp8": "fp8 e4m3 weights with a scale per output channel. Up to 16 rows a Triton kernel streams the fp8 "
+           "weights with bfloat16 activations; above, each token's activations are scaled to fp8 and the "
+           "product runs on fp8 tensor cores. KV cache stays bfloat16. Needs a GPU with fp8 (compute "
+           "capability ≥ 8.9) or runs slowly on CPU.",
+    "fp8-dynamic": "fp8 e4m3 weights and fp8 activations (a scale per token, computed each step) at every "
+                   "row count, multiplied on fp8 tensor cores; KV cache stays bfloat16. Needs a GPU with fp8 "
                    "(compute capability ≥ 8.9).",
-    "int8": "int8 weights with a scale per output channel, dequantised to bfloat16 inside the matmul "
-            "(weight-only); activations and KV cache stay bfloat16. Runs on CPU and CUDA.",
+    "int8": "int8 weights with a scale per output channel. Up to 16 rows a Triton kernel streams them with "
+            "bfloat16 activations (weight-only); above, each token's activations are scaled to int8 and the "
+            "product runs on int8 tensor cores. KV cache stays bfloat16. Runs on CPU and CUDA.",
 }
 QUANT_ENGINES = ("fast",)
 ACTIVATION_BYTES = 2  # bfloat16

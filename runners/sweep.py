@@ -111,7 +111,8 @@ class Sweep:
         if spec.calibrate:
             self.stage(-1, None, "calibrate")
             try:
-                matmul_dtype = torch.float8_e4m3fn if spec.dtype == "fp8-dynamic" else loaded.dtype
+                # fp8 runs its products over 16 rows on fp8 tensor cores, the compute-bound ones
+                matmul_dtype = torch.float8_e4m3fn if spec.dtype.startswith("fp8") else loaded.dtype
                 self.folder.write_json(contract.CALIBRATION, calibrate(self.device, matmul_dtype))
             except CalibrationError as err:  # the roofline is then drawn from a stored calibration or not at all
                 self.folder.log(f"calibration skipped: {err}")

@@ -183,3 +183,19 @@ def test_fp8_matmul_calibration_probe_and_spec_table() -> None:
 
 def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(got.float() - ref) / torch.linalg.vector_norm(ref))
+
+
+def test_quant_note_says_each_kernel_path_and_what_random_weights_mean() -> None:
+    model = {**model_facts("llama-3.1-8b", "fp8"), "quant_accuracy": [
+        {"rows": 4, "kernel": quant.TRITON, "logits_cosine": 0.8417, "logits_cosine_min": 0.78, "token_agreement": 0.117},
+        {"rows": 20, "kernel": quant.FP8_TENSOR_CORES, "logits_cosine": 0.7918, "logits_cosine_min": 0.73,
+         "token_agreement": 0.047}]}
+    note = quant_note(model)
+    assert "4 rows through triton w8a16: logits cosine 0.8417, greedy tokens agree 12%" in note
+    assert "20 rows through scaled_mm fp8 activations: logits cosine 0.7918, greedy tokens agree 5%" in note
+    assert "random weights" in note
+    local = {**model, "source": "local"}
+    assert "random weights" not in quant_note(local)
+    older = {**model_facts("llama-3.1-8b", "int8"), "quant_logits_rel_error": 0.079}
+    assert "7.90% (relative L2)" in quant_note(older)
+    assert quant_note(model_facts("llama-3.1-8b", "int8")) is None  # not measured yet: nothing to say
