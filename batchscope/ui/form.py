@@ -13,7 +13,7 @@ from batchscope import config
 from batchscope.analysis.memory import predict_memory_for_spec
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.slo import SLO
-from batchscope.jobs import device_key
+from batchscope.backends.local import device_key
 from batchscope.ui.slo_control import slo_param
 from runners import distributions
 from runners.spec import SpecError, SweepSpec, model_context, parse_batch_sizes, problems, validate
