@@ -3,8 +3,9 @@
 The manager is a per-process singleton so every Streamlit session shares one view of what runs where.
 A lane thread launches its queue's runs one at a time, ingests finished points while a run goes, and
 settles the final state. Where a runner runs is its backend's business (batchscope.backends): a
-subprocess of this machine, one lane per device. Runners outlive an app restart; `recover()` then
-reattaches to them, or marks a run `interrupted` if its runner is gone.
+subprocess of this machine, one lane per device; or, for a run sent to a Ray cluster's GPU type, an actor
+on a cluster node, each run in a lane of its own while Ray's scheduler queues it. Runners outlive an
+app restart; `recover()` then reattaches to them, or marks a run `interrupted` if its runner is gone.
 """
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ from typing import Any, ClassVar
 
 from runners import spec as runner_spec
 from runners.spec import point_count
-from runners.contract import SPEC, STATUS, TERMINAL_STATES, new_status, parse_utc, timestamp, utc_now, write_json
+from runners.contract import APP_SPEC_KEYS, SPEC, STATUS, TERMINAL_STATES, new_status, parse_utc, timestamp, utc_now, write_json
 
 from batchscope import config
-from batchscope.backends.base import LaunchError, Sweep
+from batchscope.backends.base import Backend, LaunchError, Sweep
 from batchscope.backends.local import LocalBackend, runner_alive, runner_gone
+from batchscope.backends.ray_cluster import ClusterError, RayBackend
 from batchscope.ingest import ingest_run
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
@@ -67,9 +69,11 @@ class _Active:
 
 @dataclass
 class _Lane:
-    """One device's queue: runs waiting in submission order and the one going now."""
+    """One queue (a device's, or one cluster run's): runs waiting in submission order and the one going now.
+    A transient lane ends once its runs are settled."""
 
     key: str
+    transient: bool = False
     waiting: deque[str] = field(default_factory=deque)
     current: _Active | None = None
     thread: threading.Thread | None = None
@@ -82,10 +86,12 @@ class JobManager:
     _instances_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, store: Store, runs_dir: Path, python: str | None = None,
-                 grace_s: float = 10.0, poll_s: float = 0.25, ingest_every_s: float = 1.0) -> None:
+                 grace_s: float = 10.0, poll_s: float = 0.25, ingest_every_s: float = 1.0,
+                 cluster: RayBackend | None = None) -> None:
         self.store = store
         self.runs_dir = Path(runs_dir).resolve()
         self.local = LocalBackend(python or config.runner_python())
+        self.cluster = cluster  # the Ray cluster runs with a `cluster_gpu` go to; None: this machine only
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.ingest_every_s = ingest_every_s
@@ -106,7 +112,8 @@ class JobManager:
         with cls._instances_lock:
             manager = cls._instances.get(key)
             if manager is None:
-                manager = cls(Store(db), runs)
+                address = config.ray_address()
+                manager = cls(Store(db), runs, cluster=RayBackend(address) if address else None)
                 manager.recover()
                 cls._instances[key] = manager
             return manager
@@ -116,14 +123,18 @@ class JobManager:
     def submit(self, spec: dict[str, Any]) -> str:
         """Validate, create the run folder (spec.json + queued status.json) and queue it; returns run id.
 
+        `cluster_gpu` (a GPU type of the Ray cluster, e.g. "H200") sends the run to the cluster, asking
+        for one GPU of that type per rank on one node, instead of running it on this machine.
         Raises runners.spec.SpecError for bad input, before anything is written.
         """
-        validated = runner_spec.validate(spec, model_roots=config.model_roots()).to_dict()
+        options = {key: value for key, value in spec.items() if key != "cluster_gpu"}
+        validated = runner_spec.validate(options, model_roots=config.model_roots()).to_dict()
+        placement = self._placement(spec.get("cluster_gpu"), validated)
         created = utc_now()
         run_id = make_run_id(validated.get("name") or validated["model"], created)
         folder = self.runs_dir / run_id
         folder.mkdir(parents=True)
-        spec_out = {**validated, "run_id": run_id, "created_at": timestamp(created)}
+        spec_out = {**validated, **placement, "run_id": run_id, "created_at": timestamp(created)}
         status = new_status(run_id, "queued", point_count(runner_spec.SweepSpec(**validated)))
         write_json(folder / SPEC, spec_out)
         write_json(folder / STATUS, status)
@@ -182,7 +193,8 @@ class JobManager:
             return sorted(waiting, key=self._order.__getitem__)
 
     def active(self) -> list[str]:
-        """Runs launched and not yet settled (one per device at most)."""
+        """Runs launched and not yet settled: one per device at most, and every run sent to the Ray
+        cluster, going or waiting there for its GPUs."""
         with self._changed:
             return [lane.current.run_id for lane in self._lanes.values() if lane.current is not None]
 
@@ -202,9 +214,11 @@ class JobManager:
     def recover(self) -> list[str]:
         """Settle runs left behind by an earlier app process; returns the ids marked `interrupted`.
 
-        Running with a live runner: reattached, watched and ingested. Running with its runner gone:
-        `interrupted`, finished points ingested. Queued: queued again, oldest first. Already finished in
-        its folder: ingested so the DB catches up.
+        Running with a live runner (or, on the Ray cluster, its actor still there): reattached, watched
+        and ingested. Running with its runner gone: `interrupted`, finished points ingested. Queued:
+        queued again, oldest first. Already finished in its folder: ingested so the DB catches up. A
+        cluster run this app cannot reach (no BATCHSCOPE_RAY_ADDRESS, or the cluster is down) is left
+        as it is, with a warning, for an app that can.
         """
         interrupted_ids = []
         for run_id, folder in self._leftover_runs():
@@ -214,11 +228,16 @@ class JobManager:
             if state not in ("running", "queued"):
                 self._ingest(folder)
                 continue
-            sweep = self.local.reattach(run_id, folder, status)
+            try:
+                backend = self._backend(spec)
+                sweep = backend.reattach(run_id, folder, status)
+            except (LaunchError, ClusterError) as error:
+                log.warning("run %s is left %s: %s", run_id, state, error)
+                continue
             if sweep is not None:
-                self._adopt(run_id, folder, self.local.lane(run_id, spec), sweep)
+                self._adopt(run_id, folder, backend.lane(run_id, spec), backend.queues_itself, sweep)
             elif state == "running":
-                status = interrupted(status, self.local.gone(status))
+                status = interrupted(status, backend.gone(status))
                 if folder.is_relative_to(self.runs_dir):
                     run.write_status(status)
                     self._ingest(folder)
@@ -257,17 +276,37 @@ class JobManager:
 
     # ---- queueing and lanes --------------------------------------------------------------------
 
+    def _placement(self, cluster_gpu: Any, spec: dict[str, Any]) -> dict[str, Any]:
+        """The spec.json keys that send a run to the Ray cluster's `cluster_gpu` type; none for this machine."""
+        if cluster_gpu is None:
+            return {}
+        if self.cluster is None:
+            raise runner_spec.SpecError("device", "no Ray cluster is set up for this app: set BATCHSCOPE_RAY_ADDRESS "
+                                                  "to send sweeps to one")
+        self.cluster.check_placement(str(cluster_gpu), spec)
+        return {"cluster_gpu": str(cluster_gpu)}
+
+    def _backend(self, spec: dict[str, Any]) -> Backend:
+        """Where a run's runner goes: the Ray cluster for a run sent to its GPUs, else this machine."""
+        if spec.get("cluster_gpu") is None:
+            return self.local
+        if self.cluster is None:
+            raise LaunchError(f"it was sent to the Ray cluster's {spec['cluster_gpu']} GPUs, and "
+                              f"BATCHSCOPE_RAY_ADDRESS is not set")
+        return self.cluster
+
     def _enqueue(self, run_id: str, folder: Path, spec: dict[str, Any]) -> None:
+        backend = self._backend(spec)
         with self._changed:
             self._folders[run_id] = folder
             self._order.setdefault(run_id, len(self._order))
-            self._lane(self.local.lane(run_id, spec)).waiting.append(run_id)
+            self._lane(backend.lane(run_id, spec), backend.queues_itself).waiting.append(run_id)
             self._changed.notify_all()
 
-    def _lane(self, key: str) -> _Lane:
+    def _lane(self, key: str, transient: bool) -> _Lane:
         lane = self._lanes.get(key)
         if lane is None:
-            lane = _Lane(key)
+            lane = _Lane(key, transient)
             lane.thread = threading.Thread(target=self._lane_loop, args=(lane,),
                                            name=f"batchscope-lane-{key}", daemon=True)
             self._lanes[key] = lane
@@ -277,9 +316,11 @@ class JobManager:
     def _lane_loop(self, lane: _Lane) -> None:
         while True:
             with self._changed:
-                while lane.current is None and not lane.waiting and not self._stopping:
+                while lane.current is None and not lane.waiting and not self._stopping and not lane.transient:
                     self._changed.wait()
-                if self._stopping and lane.current is None:
+                if lane.current is None and (self._stopping or not lane.waiting):
+                    if lane.transient and self._lanes.get(lane.key) is lane:
+                        del self._lanes[lane.key]
                     return
                 if lane.current is None:
                     run_id = lane.waiting.popleft()
@@ -307,17 +348,17 @@ class JobManager:
         folder = self._folders[run_id]
         spec = RunFolder(folder).spec() or {}
         try:
-            sweep = self.local.launch(run_id, folder, spec)
+            sweep = self._backend(spec).launch(run_id, folder, spec)
         except LaunchError as error:
             self._settle_unlaunched(run_id, "failed", str(error))
             return None
         return _Active(run_id, folder, sweep)
 
-    def _adopt(self, run_id: str, folder: Path, key: str, sweep: Sweep) -> None:
+    def _adopt(self, run_id: str, folder: Path, key: str, transient: bool, sweep: Sweep) -> None:
         """Watch a runner left by an earlier app process, if its lane is free (a device's lane may already
         watch another one; that run is left to a later recover)."""
         with self._changed:
-            lane = self._lane(key)
+            lane = self._lane(key, transient)
             if lane.current is not None:
                 return
             self._folders[run_id] = folder

@@ -35,6 +35,8 @@ class Sweep(Protocol):
 class Backend(Protocol):
     """Launches runs and finds the ones an earlier app process launched."""
 
+    queues_itself: bool  # True: runs go to the backend's own scheduler at once, each in a lane of its own
+
     def lane(self, run_id: str, spec: dict[str, Any]) -> str:
         """The job manager's queue the run waits in (one runs at a time per lane)."""
 

@@ -102,6 +102,8 @@ class LocalSweep:
 class LocalBackend:
     """Runner subprocesses of this machine, queued one per device by the job manager."""
 
+    queues_itself = False
+
     def __init__(self, python: str) -> None:
         self.python = python
 
