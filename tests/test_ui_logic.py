@@ -76,13 +76,13 @@ def test_length_preview_matches_the_seed_and_says_its_numbers() -> None:
 
 
 def test_capacity_default_says_where_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
-    import batchscope.jobs
+    from batchscope.backends import local
 
     no_runs = pd.DataFrame(columns=["run_id", "gpu", "gpu_memory_bytes"])
     assert "RAM" in form.default_capacity(no_runs, "cpu").source
-    monkeypatch.setattr(batchscope.jobs, "_nvidia_gpu_present", lambda: False)
+    monkeypatch.setattr(local, "_nvidia_gpu_present", lambda: False)
     assert "no GPU is visible here, so auto runs on the CPU" in form.default_capacity(no_runs, "auto").source
-    monkeypatch.setattr(batchscope.jobs, "_nvidia_gpu_present", lambda: True)
+    monkeypatch.setattr(local, "_nvidia_gpu_present", lambda: True)
     assert form.default_capacity(no_runs, "auto") == form.Capacity(150_109_880_320, form.default_capacity(
         no_runs, "auto").source)
     assert "H200" in form.default_capacity(no_runs, "cuda").source
