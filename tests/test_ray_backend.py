@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,7 +77,7 @@ def test_a_tp2_request_asks_ray_for_two_gpus_of_its_type_in_one_actor() -> None:
     assert sweep_options("run-1", {**validate(QUICK).to_dict(), "cluster_gpu": "L4"})["num_gpus"] == 1
 
 
-def test_a_tp2_request_is_placed_only_when_two_gpus_of_one_node_are_free(cluster: str) -> None:
+def test_a_tp2_request_waits_in_rays_queue_until_two_gpus_of_one_node_are_free(cluster: str, tmp_path: Path) -> None:
     @ray.remote
     class Probe:
         """Stands where a sweep's actor would, with a sweep's options, and says which GPUs Ray gave it (defined
@@ -94,16 +95,24 @@ def test_a_tp2_request_is_placed_only_when_two_gpus_of_one_node_are_free(cluster
     probes = [Probe.options(**sweep_options(f"probe-{n}", spec)).remote()
               for n, spec in enumerate((one, tp2, {**one, "cluster_gpu": "A100"}))]
     holder, pair, elsewhere = probes
+    manager = JobManager(Store(tmp_path / "history.duckdb"), tmp_path / "runs", ingest_every_s=0.25, cluster=backend)
     try:
         assert len(ray.get(holder.gpus.remote(), timeout=60)) == 1
         assert free_gpus(backend) == [GpuType(GPU, total=2, free=1, free_on_one_node=1, per_node=2)]
+        waiting = manager.submit({**ON_CLUSTER, "engine": "fast", "tensor_parallel": 2})
         asked = pair.gpus.remote()
-        assert ray.wait([asked], timeout=1)[0] == []  # one GPU free: it waits
+        assert ray.wait([asked], timeout=1)[0] == []  # one GPU free: the pair waits, and so does the sweep
+        assert free_gpus(backend)[0].free == 1 and manager.progress(waiting)["state"] == "queued"
+        manager.cancel(waiting)  # it leaves Ray's queue: no runner ever starts
+        assert manager.wait(waiting, 30) == "cancelled"
+        assert sorted(p.name for p in (manager.runs_dir / waiting).iterdir()) == ["spec.json", "status.json"]
+        assert not (NODE_RUNS / waiting).exists()
         ray.kill(holder)
         assert sorted(ray.get(asked, timeout=60)) == [0, 1]  # both, to one process of the one node
         assert free_gpus(backend) == [GpuType(GPU, total=2, free=0, free_on_one_node=0, per_node=2)]
         assert ray.wait([elsewhere.gpus.remote()], timeout=0.5)[0] == []  # no A100 node: never placed
     finally:
+        manager.shutdown()
         for probe in probes:
             ray.kill(probe)
     until(lambda: free_gpus(backend)[0].free == 2, timeout=10, what="the probes' GPUs to come back")
@@ -195,6 +204,7 @@ def day(cluster: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clus
         time.sleep(0.05)
     yield record
     manager.shutdown()
+    shutil.rmtree(NODE_RUNS / record.killed, ignore_errors=True)  # a dead actor's node copy stays behind
 
 
 def test_a_restarted_app_reattaches_to_its_sweeps_on_the_cluster(day: ClusterDay) -> None:
