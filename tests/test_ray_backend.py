@@ -25,6 +25,7 @@ from batchscope.store import Store  # noqa: E402
 from runners.host import NODE_RUNS  # noqa: E402
 from runners.spec import SpecError, validate  # noqa: E402
 from tests.runner_helpers import LONG, QUICK, REPO, RUN_TIMEOUT_S, until  # noqa: E402
+from tests.test_pages import home, open_page  # noqa: E402,F401 (home: the pages' fresh-history fixture)
 
 GPU = "H200"
 ON_CLUSTER = {**QUICK, "cluster_gpu": GPU}
@@ -256,3 +257,13 @@ def test_three_sweeps_on_two_gpus_run_two_at_a_time(day: ClusterDay) -> None:
     assert spans[1][0] < spans[0][1]  # the first two ran side by side
     assert spans[2][0] >= min(spans[0][1], spans[1][1])  # the third began when a GPU came back
 
+
+def test_new_sweep_offers_the_clusters_gpu_types_with_their_free_counts(
+        cluster: str, home: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BATCHSCOPE_RAY_ADDRESS", cluster)
+    at = open_page("app_pages/new_sweep.py")
+    device = at.selectbox(key="device")
+    assert device.options == ["auto", "cuda", "cpu", "H200 on the Ray cluster: 2 of 2 free"]
+    device.set_value("ray:H200").run()
+    assert not at.exception and not at.error, [e.value for e in at.exception] + [e.value for e in at.error]
+    assert at.button(key="launch").disabled is False
