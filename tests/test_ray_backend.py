@@ -68,6 +68,47 @@ def test_without_the_setting_the_app_never_imports_ray(tmp_path: Path) -> None:
     assert done.stdout.strip() == "None []", done.stdout + done.stderr
 
 
+UNREACHABLE = """
+import json, sys, time
+from pathlib import Path
+from batchscope.jobs import JobManager
+from runners.contract import new_status, write_json
+from runners.spec import SpecError
+left = Path(sys.argv[2]) / "20261130-090000-left-on-the-cluster"
+left.mkdir(parents=True)
+write_json(left / "spec.json", {**json.loads(sys.argv[3]), "run_id": left.name})
+write_json(left / "status.json", new_status(left.name, "running", 2, pid=4242, started_at="2026-11-30T09:00:00Z"))
+manager = JobManager.instance(sys.argv[1], sys.argv[2])
+answers = []
+for _ in range(2):
+    started = time.monotonic()
+    try:
+        manager.submit(json.loads(sys.argv[3]))
+    except SpecError as error:
+        answers.append([error.field, error.message.split(":")[0], round(time.monotonic() - started, 1)])
+left_state = json.loads((left / "status.json").read_text())["state"]
+print(json.dumps({"answers": answers, "runs": len(manager.store.runs()), "left": left_state}))
+manager.shutdown()
+"""
+
+
+def test_a_cluster_that_does_not_answer_leaves_its_runs_be_and_refuses_new_ones(tmp_path: Path) -> None:
+    """`auto` with no Ray instance to find (an empty Ray temp folder): a run an earlier app left on the
+    cluster stays `running` for an app that can reach it (not `interrupted`: its points may still be
+    there), a new sweep is refused on the device field with nothing written, and the second try does not
+    wait for another join."""
+    env = {**os.environ, "BATCHSCOPE_RAY_ADDRESS": "auto", "RAY_TMPDIR": str(tmp_path / "ray-tmp")}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", UNREACHABLE, str(tmp_path / "h.duckdb"), str(tmp_path / "runs"),
+                           json.dumps(ON_CLUSTER)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert [field for field, _, _ in answer["answers"]] == ["device", "device"]
+    assert {words for _, words, _ in answer["answers"]} == {"cannot join the Ray cluster at auto"}
+    assert answer["answers"][1][2] == 0.0 and answer["runs"] == 0 and answer["left"] == "running"
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["20261130-090000-left-on-the-cluster"]
+
+
 def test_a_tp2_request_asks_ray_for_two_gpus_of_its_type_in_one_actor() -> None:
     tp2 = validate({**QUICK, "engine": "fast", "tensor_parallel": 2}).to_dict()
     options = sweep_options("run-tp2", {**tp2, "cluster_gpu": GPU})

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 NAMESPACE = "batchscope"  # the run's actor is named by its run id in here, so a restarted app finds it
 ACCELERATOR = "accelerator_type:"  # the resource Ray gives a node per GPU type it has (asked for by accelerator_type=)
 CALL_TIMEOUT_S = 30.0
-TYPES_MAX_AGE_S = 5.0
+TYPES_MAX_AGE_S = 5.0  # how long a reading of the cluster's GPUs (or its failure) serves the New sweep page
+JOIN_RETRY_S = 30.0  # a failed join (30 s for a ray:// address nobody answers) is not tried again before this
 
 
 class ClusterError(LaunchError):
@@ -110,8 +111,9 @@ class RayBackend:
         self._ray: Any = None
         self._host: Any = None
         self._snapshot: Any = None
+        self._refused: tuple[float, ClusterError] | None = None  # (when, why) the last join failed
         self._reading = threading.Lock()
-        self._types: tuple[float, list[GpuType]] | None = None  # (when, what) of the last reading
+        self._types: tuple[float, list[GpuType] | ClusterError] | None = None  # (when, what) of the last reading
 
     def lane(self, run_id: str, spec: dict[str, Any]) -> str:
         return f"ray:{run_id}"
@@ -141,15 +143,22 @@ class RayBackend:
         """The cluster's GPU types with how many are free, read again when the last reading is older than
         `max_age_s` (the New sweep page asks at every redraw); ClusterError when the cluster does not answer."""
         with self._reading:
-            if self._types is not None and time.monotonic() - self._types[0] <= max_age_s:
-                return self._types[1]
+            if self._types is None or time.monotonic() - self._types[0] > max_age_s:
+                self._types = (time.monotonic(), self._read_types())
+            found = self._types[1]
+        if isinstance(found, ClusterError):
+            raise found
+        return found
+
+    def _read_types(self) -> list[GpuType] | ClusterError:
+        try:
             ray = self._joined()
-            try:
-                types = gpu_types(*ray.get(self._snapshot.remote(), timeout=CALL_TIMEOUT_S))
-            except ray.exceptions.RayError as error:
-                raise ClusterError(f"the Ray cluster at {self.address} did not answer: {error}") from None
-            self._types = (time.monotonic(), types)
-            return types
+        except ClusterError as error:
+            return error
+        try:
+            return gpu_types(*ray.get(self._snapshot.remote(), timeout=CALL_TIMEOUT_S))
+        except ray.exceptions.RayError as error:
+            return ClusterError(f"the Ray cluster at {self.address} did not answer: {error}")
 
     def check_placement(self, gpu: str, spec: dict[str, Any]) -> None:
         """SpecError (on the device field) unless some node of the cluster has `gpu` GPUs for every rank."""
@@ -164,6 +173,8 @@ class RayBackend:
         """The ray module, with this process joined to the cluster (or to the runtime a test started)."""
         with self._joining:
             if self._ray is None:
+                if self._refused is not None and time.monotonic() - self._refused[0] < JOIN_RETRY_S:
+                    raise self._refused[1]
                 try:
                     import ray
 
@@ -171,8 +182,10 @@ class RayBackend:
                         ray.init(address=self.address, namespace=NAMESPACE, runtime_env=runtime_env(),
                                  logging_level=logging.WARNING)
                 except Exception as error:  # not installed, no cluster there, a refused connection
-                    raise ClusterError(f"cannot join the Ray cluster at {self.address}: "
-                                       f"{type(error).__name__}: {error}") from None
+                    refused = ClusterError(f"cannot join the Ray cluster at {self.address}: "
+                                           f"{type(error).__name__}: {error}")
+                    self._refused = (time.monotonic(), refused)
+                    raise refused from None
 
                 def free_per_node() -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
                     """Nodes and each one's free resources, read on the cluster (defined in here, Ray ships its
