@@ -404,11 +404,11 @@ class JobManager:
                 state, error = active.sweep.ending()
             status.update(state=state, error=error, current=None, finished_at=timestamp())
             run.write_status(status)
-        active.sweep.close()
         for _ in range(SETTLE_INGEST_ATTEMPTS):  # the last ingest carries the final state into the DB
             if self._ingest(active.folder):
                 break
             time.sleep(self.poll_s)
+        active.sweep.close()
 
     def _settle_unlaunched(self, run_id: str, state: str, error: str | None) -> None:
         folder = self._folders[run_id]
