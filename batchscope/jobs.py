@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from runners import spec as runner_spec
 from runners.spec import point_count
-from runners.contract import APP_SPEC_KEYS, SPEC, STATUS, TERMINAL_STATES, new_status, parse_utc, timestamp, utc_now, write_json
+from runners.contract import SPEC, STATUS, TERMINAL_STATES, new_status, parse_utc, timestamp, utc_now, write_json
 
 from batchscope import config
 from batchscope.backends.base import Backend, LaunchError, Sweep

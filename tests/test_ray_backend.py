@@ -162,7 +162,8 @@ def test_a_tp2_request_waits_in_rays_queue_until_two_gpus_of_one_node_are_free(c
     with pytest.raises(SpecError, match=r"^device: the Ray cluster has no A100 GPU \(it has: H200\)$"):
         backend.check_placement("A100", one)
     three = validate({**QUICK, "replicas": 3, "batch_sizes": [4]}).to_dict()
-    with pytest.raises(SpecError, match="^device: 3 ranks need 3 H200 GPUs on one node; the cluster's largest H200 node has 2$"):
+    with pytest.raises(SpecError, match="^device: 3 ranks need 3 H200 GPUs on one node; the cluster's largest "
+                                        "H200 node has 2$"):
         backend.check_placement(GPU, three)
 
 
@@ -218,8 +219,8 @@ def day(cluster: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clus
     one runs to the end, one is cancelled once it has a point, and the Ray worker of the third is killed
     once it has one (whichever of the last two waited for a GPU starts when the other gives its back).
     The tests below read what was seen, so one start-up of three runners serves them all."""
-    home = tmp_path_factory.mktemp("cluster-day")
-    paths = (home / "history.duckdb", home / "runs")
+    folder = tmp_path_factory.mktemp("cluster-day")
+    paths = (folder / "history.duckdb", folder / "runs")
     specs = [{**LONG_ON_CLUSTER, "batch_sizes": [1, 2, 4, 8, 16, 32], "name": "watched"},
              {**LONG_ON_CLUSTER, "name": "cancelled"}, {**LONG_ON_CLUSTER, "name": "killed"}]
     first = subprocess.run([sys.executable, "-c", FIRST_APP, *map(str, paths), json.dumps(specs)], cwd=REPO,
@@ -232,7 +233,8 @@ def day(cluster: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clus
     manager.recover()  # as JobManager.instance() does on an app's first use (the first app went through it)
     record = ClusterDay(manager, *runs, tuple(left.values()), manager.active(), [])
     deadline = time.monotonic() + 2 * RUN_TIMEOUT_S
-    while not all(manager.progress(run_id)["settled"] and manager.progress(run_id)["state"] in FINAL for run_id in runs):
+    while not all(manager.progress(run_id)["settled"] and manager.progress(run_id)["state"] in FINAL
+                  for run_id in runs):
         assert time.monotonic() < deadline, record.seen[-1:]
         moment, progress = look(manager, runs)
         record.seen.append(moment)

@@ -335,7 +335,8 @@ def test_the_device_field_offers_the_ray_clusters_gpu_types_and_sends_a_sweep_th
 def test_the_run_page_says_which_cluster_node_runs_a_sweep() -> None:
     spec = {"model": "tiny", "cluster_gpu": "H200", "tensor_parallel": 2, "replicas": 1}
     assert run_view.placement_words({"state": "queued"}, {"device": "cuda"}) is None
-    assert run_view.placement_words({"state": "queued"}, spec) == "Waiting on the Ray cluster for 2 H200 GPUs on one node."
+    assert run_view.placement_words({"state": "queued"}, spec) == (
+        "Waiting on the Ray cluster for 2 H200 GPUs on one node.")
     assert run_view.placement_words({"state": "running", "node": "gpu-7"}, spec) == (
         "Runs on Ray cluster node gpu-7 (2 H200 GPUs).")
     assert run_view.placement_words({"state": "done", "node": "gpu-7"}, {**spec, "tensor_parallel": 1}) == (
