@@ -56,10 +56,15 @@ with model_col:
                             help="static: fixed batches; continuous: requests arrive and join a running batch "
                                  "(fast engine).")
     slots["mode"] = st.empty()
-    device = st.selectbox("Device", ["auto", "cuda", "cpu"], key="device",
+    cluster, cluster_problem = resources.cluster_gpus()
+    devices = sweep_form.device_choices(cluster, st.session_state["device"])
+    device = st.selectbox("Device", list(devices), format_func=devices.get, key="device",
                           help="auto uses the GPU when one is visible to the runner, else the CPU. With the "
                                "endpoint engine: the GPU whose telemetry is sampled (auto: the first, when the "
-                               "server's URL is this host).")
+                               "server's URL is this host). A GPU type of the Ray cluster runs the sweep on a "
+                               "node that has one free, queued by Ray until one has.")
+    if cluster_problem:
+        st.warning(plain(cluster_problem), icon=":material/lan:")
     slots["device"] = st.empty()
 with batch_col:
     batch_mode, batch_lo, batch_hi, batch_list = "pow2", 1, 1, ""  # unused in continuous mode
@@ -159,7 +164,7 @@ values = sweep_form.SweepForm(
     batch_lo=int(batch_lo), batch_hi=int(batch_hi), batch_list=batch_list, prompt_len=lengths["prompt_len"],
     output_len=lengths["output_len"], repeats=int(repeats), warmup=int(warmup), seed=int(seed),
     on_oom=on_oom, name=name, slo=slo, refine_points=int(refine_points), **continuous)
-problems = sweep_form.check(values)
+problems = sweep_form.check(values, cluster)
 for field, message in problems.items():  # plain: a message quoting `uniform:1:100:` must not become an emoji
     (slots.get(field) or slots.get("slo" if field.startswith("slo_") else "") or st).error(
         plain(message), icon=":material/error:")

@@ -217,6 +217,10 @@ def run_body(live_at_start: bool) -> None:
     st.subheader(plain(run_view.run_title(data.run)))
     st.caption(plain(f"{run_id} · {progress.get('state')} · "
                      f"{data.run.get('fingerprint') or 'environment not recorded yet'}"))
+    where = run_view.placement_words(progress, data.run.get("spec") or {})
+    if where:
+        st.caption(plain(where), help="BATCHSCOPE_RAY_ADDRESS sends sweeps to a Ray cluster's GPU nodes; each "
+                                      "finished point comes back to this app as it is written.")
     show_workload(data.run.get("spec") or {})
     live = run_view.is_live(progress)
     if progress.get("state") in run_view.LIVE_STATES:

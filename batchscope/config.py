@@ -33,6 +33,12 @@ def runner_python() -> str:
     return os.environ.get("BATCHSCOPE_RUNNER_PYTHON") or sys.executable
 
 
+def ray_address() -> str | None:
+    """The Ray cluster sweeps may be sent to: $BATCHSCOPE_RAY_ADDRESS (`ray://head:10001`, `head:6379`, or
+    `auto` on a cluster node); None when unset, and then nothing imports ray."""
+    return os.environ.get("BATCHSCOPE_RAY_ADDRESS") or None
+
+
 def model_roots() -> list[Path]:
     """Folders a local checkpoint may come from (DESIGN §6): $BATCHSCOPE_MODEL_ROOTS (os.pathsep-separated),
     else the user's home and the repository's data/models."""

@@ -1,59 +1,40 @@
-"""Background sweeps: one queue per device, each run a `python -m runners sweep` subprocess.
+"""Background sweeps: queued per lane, launched through a backend, watched, ingested and settled.
 
 The manager is a per-process singleton so every Streamlit session shares one view of what runs where.
-A lane thread per device launches its queue's runs one at a time, ingests finished points while a
-run goes, and settles the final state. Runners start in their own session, so a sweep outlives an
-app restart; `recover()` then adopts it, or marks it `interrupted` if its process is gone.
+A lane thread launches its queue's runs one at a time, ingests finished points while a run goes, and
+settles the final state. Where a runner runs is its backend's business (batchscope.backends): a
+subprocess of this machine, one lane per device; or, for a run sent to a Ray cluster's GPU type, an actor
+on a cluster node, each run in a lane of its own while Ray's scheduler queues it. Runners outlive an
+app restart; `recover()` then reattaches to them, or marks a run `interrupted` if its runner is gone.
 """
 from __future__ import annotations
 
 import logging
-import os
 import re
 import secrets
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import Any, ClassVar
 
 from runners import spec as runner_spec
 from runners.spec import point_count
 from runners.contract import SPEC, STATUS, TERMINAL_STATES, new_status, parse_utc, timestamp, utc_now, write_json
 
 from batchscope import config
+from batchscope.backends.base import Backend, LaunchError, Sweep
+from batchscope.backends.local import LocalBackend, runner_alive, runner_gone
+from batchscope.backends.ray_cluster import ClusterError, RayBackend
 from batchscope.ingest import ingest_run
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
 
 log = logging.getLogger(__name__)
 
-EXIT_REJECTED_SPEC = 2
 SETTLE_INGEST_ATTEMPTS = 5
-
-
-def device_key(device: str) -> str:
-    """The queue a spec's device runs in: "cpu" or "cuda:N" ("auto" means cuda:0 when a GPU exists)."""
-    if device == "cpu":
-        return "cpu"
-    if device.startswith("cuda:"):
-        return device
-    if device == "cuda" or _nvidia_gpu_present():
-        return "cuda:0"
-    return "cpu"
-
-
-def _nvidia_gpu_present() -> bool:
-    """Whether the runner's "auto" will pick a GPU, decided without importing torch or NVML."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return False
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return gpus.is_dir() and any(gpus.iterdir())
 
 
 def make_run_id(label: str, moment: datetime) -> str:
@@ -62,33 +43,9 @@ def make_run_id(label: str, moment: datetime) -> str:
     return f"{moment:%Y%m%d-%H%M%S}-{slug or 'run'}-{secrets.token_hex(3)}"
 
 
-def runner_alive(pid: int | None, run_id: str | None = None) -> bool:
-    """True when `pid` is a live (not zombie) BatchScope runner — of this run when `run_id` is given,
-    so a pid reused by another runner after a reboot is not taken for ours."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    proc = Path(f"/proc/{pid}")
-    if not proc.is_dir():
-        return True
-    try:
-        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        cmdline = (proc / "cmdline").read_bytes()
-    except (OSError, IndexError):
-        return False
-    return state != "Z" and b"runners" in cmdline and (run_id is None or run_id.encode() in cmdline)
-
-
-def ended_without_finishing(status: dict[str, Any]) -> dict[str, Any]:
+def interrupted(status: dict[str, Any], error: str) -> dict[str, Any]:
     """A `running` status whose runner is gone, as the `interrupted` one the app and an import store."""
-    return {**status, "state": "interrupted", "current": None, "finished_at": timestamp(),
-            "error": f"runner process {status.get('pid')} ended without finishing "
-                     f"(last heartbeat {status.get('heartbeat_at')})"}
+    return {**status, "state": "interrupted", "current": None, "finished_at": timestamp(), "error": error}
 
 
 def settle_if_runner_gone(store: Store, run_id: str) -> None:
@@ -96,56 +53,27 @@ def settle_if_runner_gone(store: Store, run_id: str) -> None:
     as recover() makes it, never `running` forever; its folder, made elsewhere, is not written."""
     run = store.run(run_id)
     if run and run["state"] == "running" and not runner_alive(run["pid"], run_id):
-        store.set_state(run_id, "interrupted", ended_without_finishing(run["status"] or {})["error"])
+        store.set_state(run_id, "interrupted", runner_gone(run["status"] or {}))
 
 
 @dataclass
 class _Active:
-    """A runner the manager watches: its own child, or (pid only) one adopted after a restart."""
+    """A launched run the manager watches, and whether (and when) it was asked to stop."""
 
     run_id: str
     folder: Path
-    popen: subprocess.Popen[bytes] | None = None
-    pid: int | None = None
-    stderr: IO[bytes] | None = None
+    sweep: Sweep
     cancel_requested_at: float | None = None
     killed: bool = False
-
-    def exited(self) -> bool:
-        if self.popen is not None:
-            return self.popen.poll() is not None
-        return not runner_alive(self.pid, self.run_id)
-
-    def returncode(self) -> int | None:
-        return self.popen.returncode if self.popen is not None else None
-
-    def send(self, sig: signal.Signals) -> None:
-        """SIGTERM to the runner (it stops at a step boundary); SIGKILL to its whole process group
-        (it runs in its own session), so nothing it started outlives it."""
-        alive = self.popen.poll() is None if self.popen is not None else runner_alive(self.pid, self.run_id)
-        if not alive:
-            return
-        if sig == signal.SIGKILL:
-            os.killpg(self.pid, sig)
-        else:
-            os.kill(self.pid, sig)
-
-    def stderr_tail(self) -> str | None:
-        """The last non-empty line the runner printed to stderr (its reason for exit code 2)."""
-        if self.stderr is None:
-            return None
-        self.stderr.seek(0, os.SEEK_END)
-        self.stderr.seek(max(0, self.stderr.tell() - 65536))
-        lines = [line.strip() for line in self.stderr.read().decode(errors="replace").splitlines()]
-        last = next((line for line in reversed(lines) if line), None)
-        return last.removeprefix("error: ") if last else None
 
 
 @dataclass
 class _Lane:
-    """One device's queue: runs waiting in submission order and the one running now."""
+    """One queue (a device's, or one cluster run's): runs waiting in submission order and the one going now.
+    A transient lane ends once its runs are settled."""
 
     key: str
+    transient: bool = False
     waiting: deque[str] = field(default_factory=deque)
     current: _Active | None = None
     thread: threading.Thread | None = None
@@ -158,10 +86,12 @@ class JobManager:
     _instances_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, store: Store, runs_dir: Path, python: str | None = None,
-                 grace_s: float = 10.0, poll_s: float = 0.25, ingest_every_s: float = 1.0) -> None:
+                 grace_s: float = 10.0, poll_s: float = 0.25, ingest_every_s: float = 1.0,
+                 cluster: RayBackend | None = None) -> None:
         self.store = store
         self.runs_dir = Path(runs_dir).resolve()
-        self.python = python or config.runner_python()
+        self.local = LocalBackend(python or config.runner_python())
+        self.cluster = cluster  # the Ray cluster runs with a `cluster_gpu` go to; None: this machine only
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.ingest_every_s = ingest_every_s
@@ -182,7 +112,8 @@ class JobManager:
         with cls._instances_lock:
             manager = cls._instances.get(key)
             if manager is None:
-                manager = cls(Store(db), runs)
+                address = config.ray_address()
+                manager = cls(Store(db), runs, cluster=RayBackend(address) if address else None)
                 manager.recover()
                 cls._instances[key] = manager
             return manager
@@ -192,19 +123,23 @@ class JobManager:
     def submit(self, spec: dict[str, Any]) -> str:
         """Validate, create the run folder (spec.json + queued status.json) and queue it; returns run id.
 
+        `cluster_gpu` (a GPU type of the Ray cluster, e.g. "H200") sends the run to the cluster, asking
+        for one GPU of that type per rank on one node, instead of running it on this machine.
         Raises runners.spec.SpecError for bad input, before anything is written.
         """
-        validated = runner_spec.validate(spec, model_roots=config.model_roots()).to_dict()
+        options = {key: value for key, value in spec.items() if key != "cluster_gpu"}
+        validated = runner_spec.validate(options, model_roots=config.model_roots()).to_dict()
+        placement = self._placement(spec.get("cluster_gpu"), validated)
         created = utc_now()
         run_id = make_run_id(validated.get("name") or validated["model"], created)
         folder = self.runs_dir / run_id
         folder.mkdir(parents=True)
-        spec_out = {**validated, "run_id": run_id, "created_at": timestamp(created)}
+        spec_out = {**validated, **placement, "run_id": run_id, "created_at": timestamp(created)}
         status = new_status(run_id, "queued", point_count(runner_spec.SweepSpec(**validated)))
         write_json(folder / SPEC, spec_out)
         write_json(folder / STATUS, status)
         self.store.upsert_run(run_id, folder, spec_out, status, None, None, None)
-        self._enqueue(run_id, folder, device_key(validated["device"]))
+        self._enqueue(run_id, folder, spec_out)
         return run_id
 
     def cancel(self, run_id: str) -> None:
@@ -221,7 +156,7 @@ class JobManager:
                 if active is not None and active.run_id == run_id:
                     if active.cancel_requested_at is None:
                         active.cancel_requested_at = time.monotonic()
-                        active.send(signal.SIGTERM)
+                        active.sweep.stop(force=False)
                     return
         if self.store.run(run_id) is None:
             raise KeyError(run_id)
@@ -258,7 +193,8 @@ class JobManager:
             return sorted(waiting, key=self._order.__getitem__)
 
     def active(self) -> list[str]:
-        """Runs whose runner process is going now (one per device at most)."""
+        """Runs launched and not yet settled: one per device at most, and every run sent to the Ray
+        cluster, going or waiting there for its GPUs."""
         with self._changed:
             return [lane.current.run_id for lane in self._lanes.values() if lane.current is not None]
 
@@ -278,34 +214,42 @@ class JobManager:
     def recover(self) -> list[str]:
         """Settle runs left behind by an earlier app process; returns the ids marked `interrupted`.
 
-        Running with a live runner: adopted (watched and ingested). Running with its process gone:
-        `interrupted`, finished points ingested. Queued: queued again, oldest first. Already finished
-        in its folder: ingested so the DB catches up.
+        Running with a live runner (or, on the Ray cluster, its actor still there): reattached, watched
+        and ingested. Running with its runner gone: `interrupted`, finished points ingested. Queued:
+        queued again, oldest first. Already finished in its folder: ingested so the DB catches up. A
+        cluster run this app cannot reach (no BATCHSCOPE_RAY_ADDRESS, or the cluster is down) is left
+        as it is, with a warning, for an app that can.
         """
-        interrupted = []
+        interrupted_ids = []
         for run_id, folder in self._leftover_runs():
             run = RunFolder(folder)
-            status = run.status() or {}
+            status, spec = run.status() or {}, run.spec() or {}
             state = status.get("state")
-            if state == "running":
-                pid = status.get("pid")
-                if runner_alive(pid, run_id) and self._adopt(run_id, folder, pid, run.spec() or {}):
-                    continue
-                if runner_alive(pid, run_id):
-                    continue
-                status = ended_without_finishing(status)
+            if state not in ("running", "queued"):
+                self._ingest(folder)
+                continue
+            try:
+                backend = self._backend(spec)
+                sweep = backend.reattach(run_id, folder, status)
+            except (LaunchError, ClusterError) as error:
+                log.warning("run %s is left %s: %s", run_id, state, error)
+                continue
+            if sweep is not None:
+                self._adopt(run_id, folder, backend.lane(run_id, spec), backend.queues_itself, sweep)
+            elif state == "running":
+                status = interrupted(status, backend.gone(status))
                 if folder.is_relative_to(self.runs_dir):
                     run.write_status(status)
                     self._ingest(folder)
                 else:
                     self._ingest(folder)
                     self.store.set_state(run_id, "interrupted", status["error"])
-                interrupted.append(run_id)
-            elif state == "queued" and folder.is_relative_to(self.runs_dir):
-                self._enqueue(run_id, folder, device_key((run.spec() or {}).get("device", "auto")))
+                interrupted_ids.append(run_id)
+            elif folder.is_relative_to(self.runs_dir):
+                self._enqueue(run_id, folder, spec)
             else:
                 self._ingest(folder)
-        return interrupted
+        return interrupted_ids
 
     def shutdown(self, cancel_running: bool = True) -> None:
         """Stop the lanes. Running sweeps are cancelled, or with cancel_running=False left to finish
@@ -332,17 +276,37 @@ class JobManager:
 
     # ---- queueing and lanes --------------------------------------------------------------------
 
-    def _enqueue(self, run_id: str, folder: Path, key: str) -> None:
+    def _placement(self, cluster_gpu: Any, spec: dict[str, Any]) -> dict[str, Any]:
+        """The spec.json keys that send a run to the Ray cluster's `cluster_gpu` type; none for this machine."""
+        if cluster_gpu is None:
+            return {}
+        if self.cluster is None:
+            raise runner_spec.SpecError("device", "no Ray cluster is set up for this app: set BATCHSCOPE_RAY_ADDRESS "
+                                                  "to send sweeps to one")
+        self.cluster.check_placement(str(cluster_gpu), spec)
+        return {"cluster_gpu": str(cluster_gpu)}
+
+    def _backend(self, spec: dict[str, Any]) -> Backend:
+        """Where a run's runner goes: the Ray cluster for a run sent to its GPUs, else this machine."""
+        if spec.get("cluster_gpu") is None:
+            return self.local
+        if self.cluster is None:
+            raise LaunchError(f"it was sent to the Ray cluster's {spec['cluster_gpu']} GPUs, and "
+                              f"BATCHSCOPE_RAY_ADDRESS is not set")
+        return self.cluster
+
+    def _enqueue(self, run_id: str, folder: Path, spec: dict[str, Any]) -> None:
+        backend = self._backend(spec)
         with self._changed:
             self._folders[run_id] = folder
             self._order.setdefault(run_id, len(self._order))
-            self._lane(key).waiting.append(run_id)
+            self._lane(backend.lane(run_id, spec), backend.queues_itself).waiting.append(run_id)
             self._changed.notify_all()
 
-    def _lane(self, key: str) -> _Lane:
+    def _lane(self, key: str, transient: bool) -> _Lane:
         lane = self._lanes.get(key)
         if lane is None:
-            lane = _Lane(key)
+            lane = _Lane(key, transient)
             lane.thread = threading.Thread(target=self._lane_loop, args=(lane,),
                                            name=f"batchscope-lane-{key}", daemon=True)
             self._lanes[key] = lane
@@ -352,9 +316,11 @@ class JobManager:
     def _lane_loop(self, lane: _Lane) -> None:
         while True:
             with self._changed:
-                while lane.current is None and not lane.waiting and not self._stopping:
+                while lane.current is None and not lane.waiting and not self._stopping and not lane.transient:
                     self._changed.wait()
-                if self._stopping and lane.current is None:
+                if lane.current is None and (self._stopping or not lane.waiting):
+                    if lane.transient and self._lanes.get(lane.key) is lane:
+                        del self._lanes[lane.key]
                     return
                 if lane.current is None:
                     run_id = lane.waiting.popleft()
@@ -380,73 +346,69 @@ class JobManager:
 
     def _launch(self, run_id: str) -> _Active | None:
         folder = self._folders[run_id]
-        stderr = tempfile.TemporaryFile()
-        command = [self.python, "-m", "runners", "sweep", "--spec", str(folder / "spec.json"),
-                   "--out", str(folder)]
+        spec = RunFolder(folder).spec() or {}
         try:
-            popen = subprocess.Popen(command, cwd=config.REPO_ROOT, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
-        except OSError as error:
-            stderr.close()
-            self._settle_unlaunched(run_id, "failed", f"could not start the runner: {error}")
+            sweep = self._backend(spec).launch(run_id, folder, spec)
+        except LaunchError as error:
+            self._settle_unlaunched(run_id, "failed", str(error))
             return None
-        # Record the pid at once: until the runner writes its own status (after importing torch), an
-        # app restart must see a live runner here, not a queued run to launch a second time.
-        status = RunFolder(folder).status() or {"run_id": run_id}
-        write_json(folder / STATUS, {**status, "state": "running", "pid": popen.pid, "heartbeat_at": timestamp()})
-        return _Active(run_id, folder, popen=popen, pid=popen.pid, stderr=stderr)
+        return _Active(run_id, folder, sweep)
 
-    def _adopt(self, run_id: str, folder: Path, pid: int, spec: dict[str, Any]) -> bool:
-        """Watch a runner left by an earlier app process, if its device's lane is free."""
+    def _adopt(self, run_id: str, folder: Path, key: str, transient: bool, sweep: Sweep) -> None:
+        """Watch a runner left by an earlier app process, if its lane is free (a device's lane may already
+        watch another one; that run is left to a later recover)."""
         with self._changed:
-            lane = self._lane(device_key(spec.get("device", "auto")))
+            lane = self._lane(key, transient)
             if lane.current is not None:
-                return False
+                return
             self._folders[run_id] = folder
             self._order.setdefault(run_id, len(self._order))
-            lane.current = _Active(run_id, folder, pid=pid)
+            lane.current = _Active(run_id, folder, sweep)
             self._changed.notify_all()
-            return True
 
     def _watch(self, active: _Active) -> bool:
-        """Poll the runner until it exits, ingesting finished points; False if abandoned at shutdown."""
+        """Poll the runner until it exits, bringing its files over and ingesting finished points; False if
+        abandoned at shutdown."""
         next_ingest = 0.0
-        while not active.exited():
+        while not active.sweep.exited():
             if self._stopping and not self._cancel_on_stop:
                 return False
             now = time.monotonic()
             if (active.cancel_requested_at is not None and not active.killed
                     and now - active.cancel_requested_at > self.grace_s):
-                active.send(signal.SIGKILL)
+                active.sweep.stop(force=True)
                 active.killed = True
             if now >= next_ingest:
+                self._sync(active)
                 self._ingest(active.folder)
                 next_ingest = now + self.ingest_every_s
             time.sleep(self.poll_s)
         return True
+
+    def _sync(self, active: _Active) -> None:
+        """Bring the run folder up to the runner's; a failure (e.g. a full disk) is logged and retried at
+        the next poll, as an ingest's is."""
+        try:
+            active.sweep.sync()
+        except Exception:
+            log.exception("bringing run %s's files over failed", active.run_id)
 
     def _settle(self, active: _Active) -> None:
         """Give the run its final state: the runner's own, else one that says how it ended."""
         run = RunFolder(active.folder)
         status = run.status() or {"run_id": active.run_id}
         if status.get("state") not in TERMINAL_STATES:
-            code = active.returncode()
             if active.cancel_requested_at is not None:
                 state, error = "cancelled", None
-            elif code is not None and code > 0:
-                reason = active.stderr_tail() or f"runner exited with code {code}"
-                state, error = "failed", reason if code == EXIT_REJECTED_SPEC else f"{reason} (exit code {code})"
             else:
-                ending = f"killed by signal {-code}" if code is not None and code < 0 else "ended"
-                state, error = "interrupted", f"runner process {active.pid} {ending} without finishing"
+                state, error = active.sweep.ending()
             status.update(state=state, error=error, current=None, finished_at=timestamp())
             run.write_status(status)
-        if active.stderr is not None:
-            active.stderr.close()
         for _ in range(SETTLE_INGEST_ATTEMPTS):  # the last ingest carries the final state into the DB
             if self._ingest(active.folder):
                 break
             time.sleep(self.poll_s)
+        active.sweep.close()
 
     def _settle_unlaunched(self, run_id: str, state: str, error: str | None) -> None:
         folder = self._folders[run_id]

@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from runners import cancel
+from runners import cancel, contract
 from runners.runfolder import check_out_dir
 from runners.spec import SpecError, SweepSpec, validate
 
@@ -71,7 +71,7 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
             raise SpecError("spec", f"cannot read {args.spec}: {err}") from None
         if not isinstance(raw, dict):
             raise SpecError("spec", f"{args.spec} must hold a JSON object")
-        raw = {k: v for k, v in raw.items() if k not in ("run_id", "created_at")}
+        raw = {k: v for k, v in raw.items() if k not in contract.APP_SPEC_KEYS}
     for f in SPEC_FIELDS:
         value = getattr(args, f.name)
         if value is not None:

@@ -18,6 +18,9 @@ SPEC, STATUS, ENV, MODEL, CALIBRATION, LOG = (
 POINTS = "points"
 SERVER_LOG = "server.log"  # the output of servers an endpoint sweep restarts (docs/run-folder.md)
 APP_WRITTEN = frozenset({SPEC, STATUS})  # what the app may leave in a folder before the runner starts
+# spec.json keys the app adds that are no sweep option (the runner ignores them): its id and time, and the
+# Ray cluster GPU type a run was sent to (docs/run-folder.md)
+APP_SPEC_KEYS = frozenset({"run_id", "created_at", "cluster_gpu"})
 TERMINAL_STATES = frozenset({"done", "failed", "cancelled", "interrupted"})
 STATES = frozenset({"queued", "running", *TERMINAL_STATES})
 MAX_INT32 = 2**31 - 1  # point indices, counts and pids are int32 in the Parquet schemas and the history DB
@@ -58,6 +61,7 @@ _STATUS_VALUES: dict[str, tuple[Callable[[Any], bool], str]] = {
        for key in ("started_at", "heartbeat_at", "finished_at")},
     "error": (lambda value: isinstance(value, str), "not text"),
     "stopped_early": (lambda value: isinstance(value, str), "not text"),
+    "node": (lambda value: isinstance(value, str), "not text"),
 }
 
 

@@ -5,10 +5,17 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "hf-generate"]
+# Specs for the job manager: a quick tiny CPU sweep, and one long enough (≈ 1 s per point) that a test can
+# act between its first and last point.
+QUICK = {"model": "tiny", "dtype": "float32", "device": "cpu", "batch_sizes": [1, 2], "prompt_len": "fixed:16",
+         "output_len": "fixed:4", "repeats": 1, "warmup": 0, "calibrate": False, "telemetry_hz": 20}
+LONG = {**QUICK, "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128], "output_len": "fixed:256", "repeats": 2}
+RUN_TIMEOUT_S = 180
 
 
 def runner_cmd(out: Path, *options: str) -> list[str]:
@@ -34,6 +41,17 @@ def start_runner(out: Path, *options: str) -> subprocess.Popen:
 
 def read_status(out: Path) -> dict:
     return json.loads((out / "status.json").read_text())
+
+
+def until(condition: Callable[[], object], timeout: float = RUN_TIMEOUT_S, what: str = "condition") -> object:
+    """Poll `condition` until it returns something true, and return that; AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def wait_for_points(out: Path, count: int, timeout: float = 120) -> None:

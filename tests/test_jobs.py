@@ -4,32 +4,17 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from batchscope.jobs import JobManager, device_key, make_run_id, runner_alive
+from batchscope.backends.local import device_key, runner_alive
+from batchscope.jobs import JobManager, make_run_id
 from batchscope.runfolder import RunFolder
 from runners.contract import parse_utc
 from runners.spec import SpecError
-
-QUICK = {"model": "tiny", "dtype": "float32", "device": "cpu", "batch_sizes": [1, 2], "prompt_len": "fixed:16",
-         "output_len": "fixed:4", "repeats": 1, "warmup": 0, "calibrate": False, "telemetry_hz": 20}
-# Long enough (≈ 1 s per point) that a test can act between its first and last point.
-LONG = {**QUICK, "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128], "output_len": "fixed:256", "repeats": 2}
-RUN_TIMEOUT_S = 180
-
-
-def _until(condition: Callable[[], object], timeout: float = RUN_TIMEOUT_S, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
+from tests.runner_helpers import LONG, QUICK, RUN_TIMEOUT_S, until
 
 def _summaries(folder: Path) -> int:
     return len(RunFolder(folder).complete_points())
@@ -52,7 +37,7 @@ def test_two_sweeps_go_queued_running_done_one_after_the_other(manager: JobManag
     first = manager.submit({**QUICK, "name": "first"})
     second = manager.submit({**QUICK, "name": "second"})
     assert first.endswith(tuple("0123456789abcdef")) and "-first-" in first
-    _until(lambda: manager.active() == [first], what="first run to launch")
+    until(lambda: manager.active() == [first], what="first run to launch")
     assert manager.queue() == [second]
     waiting = manager.progress(second)
     assert (waiting["state"], waiting["queue_position"], waiting["points_total"]) == ("queued", 1, 2)
@@ -89,7 +74,7 @@ def test_cancel_drops_a_queued_run_and_stops_a_running_one_keeping_points(manage
     assert manager.wait(queued, 5) == "cancelled"
     assert sorted(p.name for p in (manager.runs_dir / queued).iterdir()) == ["spec.json", "status.json"]
 
-    _until(lambda: manager.progress(running)["points_done"] >= 1, what="a finished point")
+    until(lambda: manager.progress(running)["points_done"] >= 1, what="a finished point")
     manager.cancel(running)
     assert manager.wait(running, RUN_TIMEOUT_S) == "cancelled"
     stored = manager.store.points([running])
@@ -104,11 +89,11 @@ def test_cancel_drops_a_queued_run_and_stops_a_running_one_keeping_points(manage
 def test_runner_killed_while_the_app_is_away_is_interrupted_on_restart(paths) -> None:
     before = JobManager.instance(*paths)
     run_id = before.submit(LONG)
-    pid = _until(lambda: before.progress(run_id)["points_done"] >= 1 and before.progress(run_id)["pid"],
+    pid = until(lambda: before.progress(run_id)["points_done"] >= 1 and before.progress(run_id)["pid"],
                  what="a finished point")
     before.shutdown(cancel_running=False)  # the app goes away; the runner keeps going on its own
     os.kill(pid, signal.SIGKILL)
-    _until(lambda: not runner_alive(pid), timeout=10, what="the runner to die")
+    until(lambda: not runner_alive(pid), timeout=10, what="the runner to die")
     assert RunFolder(before.runs_dir / run_id).status()["state"] == "running"
 
     after = JobManager.instance(*paths)
@@ -126,7 +111,7 @@ def test_runner_killed_while_the_app_is_away_is_interrupted_on_restart(paths) ->
 
 def test_runner_killed_under_a_live_manager_is_interrupted(manager: JobManager) -> None:
     run_id = manager.submit(LONG)
-    pid = _until(lambda: manager.progress(run_id)["points_done"] >= 1 and manager.progress(run_id)["pid"],
+    pid = until(lambda: manager.progress(run_id)["points_done"] >= 1 and manager.progress(run_id)["pid"],
                  what="a finished point")
     os.kill(pid, signal.SIGKILL)
     assert manager.wait(run_id, 30) == "interrupted"
@@ -138,7 +123,7 @@ def test_runner_killed_under_a_live_manager_is_interrupted(manager: JobManager) 
 def test_restart_adopts_a_runner_that_is_still_going(paths) -> None:
     before = JobManager.instance(*paths)
     run_id = before.submit({**LONG, "batch_sizes": [1, 2, 4, 8]})
-    _until(lambda: before.progress(run_id)["state"] == "running", what="the runner to start")
+    until(lambda: before.progress(run_id)["state"] == "running", what="the runner to start")
     before.shutdown(cancel_running=False)
 
     after = JobManager.instance(*paths)
@@ -216,7 +201,7 @@ def test_a_run_is_unsettled_until_its_final_points_are_in_the_db(manager: JobMan
 
     monkeypatch.setattr(jobs, "ingest_run", held_at_the_end)
     run_id = manager.submit({**QUICK, "name": "held"})
-    _until(lambda: manager.progress(run_id)["state"] == "done", what="the runner's own done")
+    until(lambda: manager.progress(run_id)["state"] == "done", what="the runner's own done")
     held = manager.progress(run_id)
     assert held["settled"] is False and manager.store.run(run_id)["state"] != "done"  # the DB lags
     release.set()

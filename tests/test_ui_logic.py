@@ -76,13 +76,13 @@ def test_length_preview_matches_the_seed_and_says_its_numbers() -> None:
 
 
 def test_capacity_default_says_where_it_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
-    import batchscope.jobs
+    from batchscope.backends import local
 
     no_runs = pd.DataFrame(columns=["run_id", "gpu", "gpu_memory_bytes"])
     assert "RAM" in form.default_capacity(no_runs, "cpu").source
-    monkeypatch.setattr(batchscope.jobs, "_nvidia_gpu_present", lambda: False)
+    monkeypatch.setattr(local, "_nvidia_gpu_present", lambda: False)
     assert "no GPU is visible here, so auto runs on the CPU" in form.default_capacity(no_runs, "auto").source
-    monkeypatch.setattr(batchscope.jobs, "_nvidia_gpu_present", lambda: True)
+    monkeypatch.setattr(local, "_nvidia_gpu_present", lambda: True)
     assert form.default_capacity(no_runs, "auto") == form.Capacity(150_109_880_320, form.default_capacity(
         no_runs, "auto").source)
     assert "H200" in form.default_capacity(no_runs, "cuda").source
@@ -311,3 +311,55 @@ def test_a_cpu_run_or_scattered_repeats_get_a_noise_warning() -> None:
     assert "repeats differ by up to 117 % of the median (batch 1: 28–728 tok/s)" in warning
     tight = table.assign(output_tokens_per_s_min=[590.0, 880.0], output_tokens_per_s_max=[610.0, 910.0])
     assert run_view.noise_warning({"env": {"device": "cuda"}}, tight, BATCH) is None
+
+
+def test_the_device_field_offers_the_ray_clusters_gpu_types_and_sends_a_sweep_there() -> None:
+    from batchscope.backends.ray_cluster import GpuType
+    from batchscope.ui import form_state
+
+    assert form.device_choices(None, "auto") == {"auto": "auto", "cuda": "cuda", "cpu": "cpu"}
+    cluster = [GpuType("A100", total=8, free=3, free_on_one_node=2, per_node=4), GpuType("H200", 2, 2, 2, 2)]
+    assert list(form.device_choices(cluster, "cpu").items())[3:] == [
+        ("ray:A100", "A100 on the Ray cluster: 3 of 8 free, 2 on one node"),
+        ("ray:H200", "H200 on the Ray cluster: 2 of 2 free")]
+    assert form.device_choices(cluster, "ray:L4")["ray:L4"] == "L4 on the Ray cluster (not there now)"
+    on_cluster = tiny_form(device="ray:H200")
+    spec = on_cluster.spec_dict()
+    assert (spec["device"], spec["cluster_gpu"]) == ("cuda", "H200") and "cluster_gpu" not in tiny_form().spec_dict()
+    assert form.check(on_cluster, cluster) == {}
+    assert form.check(on_cluster, []) == {"device": "the Ray cluster has no H200 GPU (it has: none)"}
+    again = form_state.form_from_spec({**spec, "batch_sizes": [1, 2, 4], "run_id": "r", "created_at": "t"}, None)
+    assert again.device == "ray:H200"
+
+
+def test_the_run_page_says_which_cluster_node_runs_a_sweep() -> None:
+    spec = {"model": "tiny", "cluster_gpu": "H200", "tensor_parallel": 2, "replicas": 1}
+    assert run_view.placement_words({"state": "queued"}, {"device": "cuda"}) is None
+    assert run_view.placement_words({"state": "queued"}, spec) == (
+        "Waiting on the Ray cluster for 2 H200 GPUs on one node.")
+    assert run_view.placement_words({"state": "running", "node": "gpu-7"}, spec) == (
+        "Runs on Ray cluster node gpu-7 (2 H200 GPUs).")
+    assert run_view.placement_words({"state": "done", "node": "gpu-7"}, {**spec, "tensor_parallel": 1}) == (
+        "Ran on Ray cluster node gpu-7 (1 H200 GPU).")
+    assert run_view.placement_words({"state": "cancelled"}, spec) == (
+        "Sent to the Ray cluster for 2 H200 GPUs; it never started on a node.")
+
+
+def test_cluster_gpu_types_count_the_free_gpus_of_live_nodes_by_type() -> None:
+    from batchscope.backends.ray_cluster import GpuType, gpu_types, placement_problem
+
+    def node(node_id: str, kind: str | None, gpus: int, alive: bool = True) -> dict:
+        resources = {"CPU": 32.0, **({"GPU": float(gpus)} if gpus else {}), **({f"accelerator_type:{kind}": 1.0}
+                                                                              if kind else {})}
+        return {"NodeID": node_id, "Alive": alive, "Resources": resources}
+
+    nodes = [node("a", "H200", 8), node("b", "H200", 4), node("c", "L4", 2), node("d", None, 0),
+             node("e", "H200", 8, alive=False)]
+    available = {"a": {"GPU": 1.0}, "b": {"GPU": 3.5}, "c": {}, "d": {"CPU": 4.0}}
+    types = gpu_types(nodes, available)
+    assert types == [GpuType("H200", total=12, free=4, free_on_one_node=3, per_node=8),
+                     GpuType("L4", total=2, free=0, free_on_one_node=0, per_node=2)]
+    assert placement_problem("H200", 8, types) is None
+    assert placement_problem("L4", 4, types) == ("4 ranks need 4 L4 GPUs on one node; the cluster's largest L4 "
+                                                 "node has 2")
+    assert placement_problem("B200", 1, types) == "the Ray cluster has no B200 GPU (it has: H200, L4)"

@@ -13,12 +13,15 @@ from batchscope import config
 from batchscope.analysis.memory import predict_memory_for_spec
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.slo import SLO
-from batchscope.jobs import device_key
+from batchscope.backends.local import device_key
+from batchscope.backends.ray_cluster import GpuType, placement_problem
 from batchscope.ui.slo_control import slo_param
 from runners import distributions
 from runners.spec import SpecError, SweepSpec, model_context, parse_batch_sizes, problems, validate
 from runners.spec.sweep import check_draws
 
+LOCAL_DEVICES = ("auto", "cuda", "cpu")
+CLUSTER = "ray:"  # a Device value `ray:H200` sends the sweep to the Ray cluster's H200 GPUs
 H200_CAPACITY_BYTES = 150_109_880_320  # what torch reported on the H200 this project measured on
 GiB = 1024**3
 ESTIMATE_FIELDS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
@@ -70,11 +73,18 @@ class SweepForm:
             return f"pow2:{self.batch_lo}:{self.batch_hi}"
         return self.batch_list
 
+    def cluster_gpu(self) -> str | None:
+        """The Ray cluster's GPU type the Device field picked; None for a device of this machine."""
+        return self.device.removeprefix(CLUSTER) if self.device.startswith(CLUSTER) else None
+
     def spec_dict(self) -> dict[str, Any]:
-        """The dict JobManager.submit and runners.spec.validate take."""
+        """The dict JobManager.submit takes (runners.spec.validate takes it without `cluster_gpu`): a sweep
+        sent to a cluster GPU type runs on CUDA there."""
+        gpu = self.cluster_gpu()
         return {
             "model": self.model.strip(), "dtype": self.dtype, "engine": self.engine, "mode": self.mode,
-            "device": self.device, "batch_sizes": self.batch_sizes_text(), "prompt_len": self.prompt_len,
+            "device": "cuda" if gpu else self.device, **({"cluster_gpu": gpu} if gpu else {}),
+            "batch_sizes": self.batch_sizes_text(), "prompt_len": self.prompt_len,
             "output_len": self.output_len, "repeats": self.repeats, "warmup": self.warmup,
             "seed": self.seed, "on_oom": self.on_oom, "name": self.name.strip(), "refine_points": self.refine_points,
             **({"refine_slo": slo_param(self.slo)} if self.refine_points and self.slo is not None else {}),
@@ -99,11 +109,31 @@ class SweepForm:
                 "max_num_batched_tokens": self.max_num_batched_tokens, **slo}
 
 
-def check(form: SweepForm) -> dict[str, str]:
+def device_choices(cluster: list[GpuType] | None, current: str) -> dict[str, str]:
+    """The Device field's choices, value → label: this machine's devices, then each GPU type of the Ray
+    cluster with how many are free. A cluster type picked before and gone now stays listed, so the field
+    keeps it and `check` says why it cannot launch."""
+    choices = {device: device for device in LOCAL_DEVICES}
+    for gpu in cluster or []:
+        choices[CLUSTER + gpu.name] = (f"{gpu.name} on the Ray cluster: {gpu.free} of {gpu.total} free"
+                                       + (f", {gpu.free_on_one_node} on one node" if gpu.free_on_one_node < gpu.free
+                                          else ""))
+    if current.startswith(CLUSTER) and current not in choices:
+        choices[current] = f"{current.removeprefix(CLUSTER)} on the Ray cluster (not there now)"
+    return choices
+
+
+def check(form: SweepForm, cluster: list[GpuType] | None = None) -> dict[str, str]:
     """Every problem keyed by spec field, in the runner's own words (the From/To range in the form's);
     empty when launchable. Local checkpoints must lie in the configured model folders, as the job
-    manager demands too. (The SLO is an `SLO`, valid by construction: its control refuses a bad limit.)"""
-    found = problems(form.spec_dict(), config.model_roots())
+    manager demands too. A sweep for the Ray cluster needs a node with its GPU type (`cluster`: the
+    cluster's types now). (The SLO is an `SLO`, valid by construction: its control refuses a bad limit.)"""
+    spec = form.spec_dict()
+    gpu = spec.pop("cluster_gpu", None)
+    found = problems(spec, config.model_roots())
+    placement = placement_problem(gpu, 1, cluster or []) if gpu else None  # the form runs one rank
+    if placement:
+        found.setdefault("device", placement)
     range_problem = _range_problem(form)
     if range_problem:
         found["batch_sizes"] = range_problem

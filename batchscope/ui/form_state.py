@@ -11,7 +11,7 @@ from typing import Any
 
 from batchscope.analysis.slo import SLO
 from batchscope.ui import slo_control
-from batchscope.ui.form import SweepForm
+from batchscope.ui.form import CLUSTER, SweepForm
 from runners.presets import PRESETS
 
 MODEL_SOURCES = {"preset": "Preset (random weights)", "path": "Local checkpoint"}
@@ -59,7 +59,8 @@ def form_from_spec(spec: dict[str, Any], slo: SLO | None) -> SweepForm:
     return SweepForm(
         model=str(spec.get("model") or defaults.model), dtype=spec.get("dtype", defaults.dtype),
         engine=spec.get("engine", defaults.engine), mode=spec.get("mode", defaults.mode),
-        device=spec.get("device", defaults.device), batch_mode="pow2" if pow2 else "list",
+        device=CLUSTER + spec["cluster_gpu"] if spec.get("cluster_gpu") else spec.get("device", defaults.device),
+        batch_mode="pow2" if pow2 else "list",
         batch_lo=sizes[0] if pow2 else defaults.batch_lo, batch_hi=sizes[-1] if pow2 else defaults.batch_hi,
         batch_list=",".join(map(str, sizes)) if sizes and not pow2 else defaults.batch_list,
         prompt_len=spec.get("prompt_len", defaults.prompt_len), output_len=spec.get("output_len", defaults.output_len),

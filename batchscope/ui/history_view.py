@@ -23,7 +23,8 @@ GiB = 1024**3
 RUNS_TABLE_COLUMNS = {
     "name": "name", "state": "status", "points_ok": "points ok", "points": "points",
     "best_output_tokens_per_s": "best output tok/s", "run_id": "run id", "model": "model", "dtype": "dtype",
-    "engine": "engine", "gpu": "GPU / device", "created_at": "created (UTC)", "fingerprint": "fingerprint",
+    "engine": "engine", "gpu": "GPU / device", "host": "host", "created_at": "created (UTC)",
+    "fingerprint": "fingerprint",
 }
 
 

@@ -9,6 +9,7 @@ import streamlit as st
 
 from batchscope.demo import import_demo_runs
 from batchscope.analysis import SLO
+from batchscope.backends.ray_cluster import ClusterError, GpuType
 from batchscope.jobs import JobManager
 from batchscope.store import Store
 from batchscope.ui.run_cache import RunCache
@@ -24,6 +25,18 @@ def jobs() -> JobManager:
     manager = JobManager.instance()
     import_demo_runs(manager.store)
     return manager
+
+
+def cluster_gpus() -> tuple[list[GpuType] | None, str | None]:
+    """The Ray cluster's GPU types with how many are free, and why there are none when it does not answer;
+    (None, None) for an app without a cluster (no BATCHSCOPE_RAY_ADDRESS)."""
+    cluster = jobs().cluster
+    if cluster is None:
+        return None, None
+    try:
+        return cluster.gpu_types(), None
+    except ClusterError as error:
+        return [], str(error)
 
 
 def store() -> Store:

@@ -13,6 +13,7 @@ from batchscope.analysis.axis import AXES, SweepAxis, sweep_x
 from batchscope.analysis.marker import pct
 from batchscope.analysis.noise import describe_spread
 from batchscope.analysis.trust import BADGES, NOISY_SPREAD
+from batchscope.backends.ray_cluster import ranks
 from batchscope.store import Store
 from batchscope.ui import tables
 from runners.spec import SweepSpec, points
@@ -149,6 +150,22 @@ def progress_view(progress: dict[str, Any], repeats: int | None = None,
                         current=_current_words(progress.get("current"), repeats, labels) if measuring else "",
                         elapsed=format_duration(progress.get("elapsed_s")),
                         eta=format_duration(progress.get("eta_s")), live=state in LIVE_STATES)
+
+
+def placement_words(progress: dict[str, Any], spec: dict[str, Any]) -> str | None:
+    """Where a run sent to the Ray cluster runs, ran, or waits (its node, from status.json), for the line
+    under the Run page's title; None for a run of this machine."""
+    gpu = spec.get("cluster_gpu")
+    if not gpu:
+        return None
+    count = ranks(spec)
+    gpus = f"{count} {gpu} GPU{'s' if count > 1 else ''}"
+    node, live = progress.get("node"), progress.get("state") in LIVE_STATES
+    if node:
+        return f"{'Runs' if live else 'Ran'} on Ray cluster node {node} ({gpus})."
+    if live:
+        return f"Waiting on the Ray cluster for {gpus} on one node."
+    return f"Sent to the Ray cluster for {gpus}; it never started on a node."
 
 
 def no_results_words(progress: dict[str, Any]) -> str:
