@@ -199,9 +199,6 @@ def show_fingerprint(data: run_view.RunData) -> None:
         if data.run.get("calibration"):
             st.caption("Measured ceilings (calibration)")
             st.json(data.run["calibration"], expanded=False)
-        guard = quant_note(data.run.get("model"))
-        if guard:
-            st.caption(f"Accuracy guard: {guard}")
 
 
 def run_body(live_at_start: bool) -> None:
@@ -222,6 +219,9 @@ def run_body(live_at_start: bool) -> None:
         st.caption(plain(where), help="BATCHSCOPE_RAY_ADDRESS sends sweeps to a Ray cluster's GPU nodes; each "
                                       "finished point comes back to this app as it is written.")
     show_workload(data.run.get("spec") or {})
+    accuracy = quant_note(data.run.get("model"))
+    if accuracy:
+        st.caption(plain(f"Accuracy vs bfloat16: {accuracy}"))
     live = run_view.is_live(progress)
     if progress.get("state") in run_view.LIVE_STATES:
         show_progress(progress, data.run.get("spec") or {}, len(data.table))

@@ -20,7 +20,7 @@ from batchscope.jobs import JobManager
 from batchscope.store import Store
 from batchscope.ui import run_view
 from runners.spec import SweepSpec
-from tests.runner_helpers import REPO, finished_tiny_run
+from tests.runner_helpers import REPO, finished_tiny_run, run_runner
 
 PAGES = ("app_pages/new_sweep.py", "app_pages/run.py", "app_pages/history.py")
 TIMEOUT_S = 60
@@ -320,6 +320,22 @@ def test_run_page_shows_the_workload_and_runs_it_again_from_new_sweep(home, tiny
     assert run_page.number_input(key="warmup").value == 0
     assert run_page.toggle(key="slo_on").value and run_page.number_input(key="slo_ms").value == 250.0
     assert not run_page.button(key="launch").disabled, texts(run_page, "error")
+
+
+def test_run_page_shows_a_quantised_runs_accuracy_per_kernel_path(home, tmp_path: Path) -> None:
+    out = tmp_path / "int8-cpu"
+    done = run_runner(out, "--model", "tiny", "--engine", "fast", "--dtype", "int8", "--device", "cpu",
+                      "--batch-sizes", "1,2", "--prompt-len", "fixed:8", "--output-len", "fixed:3", "--repeats", "1",
+                      "--warmup", "0", "--no-calibrate")
+    assert done.returncode == 0, done.stderr
+    ingest_run(manager(home).store, out)
+    run_page = open_page("app_pages/run.py", run="int8-cpu")
+    no_traceback(run_page)
+    accuracy = next(c for c in texts(run_page, "caption") if c.startswith("Accuracy vs bfloat16: int8 weights"))
+    assert "int8 weights (0.21 MB with scales;" in accuracy  # tiny: 209 536 bytes
+    assert re.search(r"4 rows through dequantise \+ F\.linear: logits cosine (0\.99\d\d|1\.0000)", accuracy)
+    assert re.search(r"20 rows through int_mm int8 activations: logits cosine (0\.99\d\d|1\.0000)", accuracy)
+    assert "These are random weights" in accuracy
 
 
 def test_new_sweep_batch_range_says_what_it_runs_and_names_a_bad_range_in_its_own_words(home) -> None:

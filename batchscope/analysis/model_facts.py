@@ -65,8 +65,9 @@ def quant_note(model: dict[str, Any] | None) -> str | None:
     not; None for other runs. Runs from before the check kept a relative error instead."""
     if not isinstance(model, dict) or model.get("dtype") not in QUANT_DTYPES:
         return None
-    size = (f"{model['dtype']} weights ({model.get('weight_bytes', 0) / 1e9:.2f} GB with scales; embeddings, "
-            f"norms and lm_head in bfloat16)")
+    weight_bytes = model.get("weight_bytes") or 0
+    amount = f"{weight_bytes / 1e9:.2f} GB" if weight_bytes >= 1e8 else f"{weight_bytes / 1e6:.2f} MB"
+    size = f"{model['dtype']} weights ({amount} with scales; embeddings, norms and lm_head in bfloat16)"
     checks = model.get("quant_accuracy") or []
     if checks:
         paths = "; ".join(f"{c['rows']} rows through {c['kernel']}: logits cosine {c['logits_cosine']:.4f}, "
