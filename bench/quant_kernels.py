@@ -45,25 +45,8 @@ def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
 
 
 def graph_ms(fn: Callable[[], object]) -> float:
-    """Median ms of one replay of a graph of `fn` (warmed on a side stream first)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(REPLAYS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """Median ms of one replay of a graph of `fn`."""
+    return statistics.median(quant_kernels.graph_replay_ms(fn, REPLAYS))
 
 
 _QUANTISED_X: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}

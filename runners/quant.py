@@ -8,10 +8,11 @@ and the kernel is chosen by the row count at run time without a recompile:
 
 - on CUDA, up to `tensor_core_rows` rows: `quant_kernels.w8_matmul`, a Triton kernel that streams the
   one-byte weights and keeps activations bfloat16 (weight-only; the small-batch, memory-bound case);
-- above that: each activation row is scaled to fp8 by its own amax and the product runs on fp8 tensor
-  cores through `torch._scaled_mm` (scale_a [M, 1] per token, scale_b [1, N] per channel, float32).
-  fp8-dynamic does this at every row count; fp8 from `FP8_TENSOR_CORE_ROWS`; int8 never;
-- on CPU: dequantise, then F.linear — correct, not faster.
+- above that: each activation row is scaled by its own amax to the weights' format and the product
+  runs on one-byte tensor cores: fp8 through `torch._scaled_mm` (scale_a [M, 1] per token, scale_b
+  [1, N] per channel, float32), int8 through `torch._int_mm` and a scale epilogue. fp8 and int8 switch
+  above TENSOR_CORE_ROWS, fp8-dynamic at every row count;
+- on CPU up to the switch: dequantise, then F.linear — correct, not faster.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class QuantWeight(NamedTuple):
 
     q: Tensor  # [out, in] float8_e4m3fn or int8, contiguous
     scale: Tensor  # [out] float32
-    tensor_core_rows: int  # products with more rows quantise activations to fp8 (torch._scaled_mm)
+    tensor_core_rows: int  # products with more rows quantise activations too and run on one-byte tensor cores
 
 
 def quantize(w: Tensor, dtype: str) -> QuantWeight:

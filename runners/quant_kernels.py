@@ -21,6 +21,7 @@ weight shape serves every row count. Triton ships with torch's CUDA builds.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -61,6 +62,28 @@ def config_for(n: int, k: int, dtype: torch.dtype) -> TileConfig:
     return CHOSEN.get((n, k, dtype), DEFAULT)
 
 
+def graph_replay_ms(fn: Callable[[], object], replays: int) -> list[float]:
+    """ms of each of `replays` replays of one CUDA graph of `fn` on the current device, after one run
+    of `fn` on a side stream (which compiles what it launches, as capture requires)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
 def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> TileConfig:
     """Time every candidate on one-row products with each of `weights` (all the layers' copies of one
     matrix: more bytes than L2 holds, as in a decode step), each candidate as one CUDA graph, its best
@@ -70,25 +93,9 @@ def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> TileCo
         x = torch.zeros(1, q0.shape[1], dtype=x_dtype, device=q0.device)
         best: tuple[float, TileConfig] | None = None
         for config in CANDIDATES:
-            run = lambda: [w8_matmul(x, q, s, config) for q, s in weights]
-            stream = torch.cuda.Stream(q0.device)
-            stream.wait_stream(torch.cuda.current_stream(q0.device))
-            with torch.cuda.stream(stream):
-                run()  # compiles this candidate for this K
-            torch.cuda.current_stream(q0.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                run()
-            times = []
-            for _ in range(TIMED_REPLAYS):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            if best is None or min(times) < best[0]:
-                best = (min(times), config)
+            fastest = min(graph_replay_ms(lambda: [w8_matmul(x, q, s, config) for q, s in weights], TIMED_REPLAYS))
+            if best is None or fastest < best[0]:
+                best = (fastest, config)
     CHOSEN[(q0.shape[0], q0.shape[1], q0.dtype)] = best[1]
     return best[1]
 

@@ -172,27 +172,14 @@ LONG = [*TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64", 
         "--repeats", "3", "--no-calibrate"]
 
 
-def test_sigterm_keeps_finished_points_and_marks_cancelled(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_ctrl_c_keep_finished_points_and_mark_cancelled(tmp_path, sig):
+    """The app's Cancel (SIGTERM) and Ctrl-C in a headless sweep's terminal (SIGINT) are the same: cancelled,
+    exit 3, every finished point kept whole, one line on stderr and no traceback."""
     out = tmp_path / "run"
     proc = start_runner(out, *LONG)
     wait_for_points(out, 1)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 3
-    status = read_status(out)
-    assert status["state"] == "cancelled" and status["finished_at"]
-    summaries = sorted((out / "points").glob("*.summary.parquet"))
-    assert 1 <= len(summaries) < 7 and status["points_done"] == len(summaries)
-    for path in summaries:
-        assert pq.read_table(path).to_pylist()[0]["status"] == "ok"
-    assert not list((out / "points").glob(".*.tmp"))
-
-
-def test_sigint_is_a_cancel_like_sigterm(tmp_path):
-    """Ctrl-C in the terminal of a headless sweep: cancelled, exit 3, finished points kept, no traceback."""
-    out = tmp_path / "run"
-    proc = start_runner(out, *LONG)
-    wait_for_points(out, 1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     assert proc.wait(timeout=60) == 3
     stderr = proc.stderr.read()
     assert "Traceback" not in stderr and stderr.splitlines()[-1] == f"cancelled: {out}"
@@ -200,6 +187,9 @@ def test_sigint_is_a_cancel_like_sigterm(tmp_path):
     assert status["state"] == "cancelled" and status["finished_at"]
     summaries = sorted((out / "points").glob("*.summary.parquet"))
     assert 1 <= len(summaries) < 7 and status["points_done"] == len(summaries)
+    for path in summaries:
+        assert pq.read_table(path).to_pylist()[0]["status"] == "ok"
+    assert not list((out / "points").glob(".*.tmp"))
 
 
 def test_sigint_while_torch_loads_is_one_line_and_writes_nothing(tmp_path):

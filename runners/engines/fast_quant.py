@@ -5,8 +5,8 @@ the measurement uses: before quantising, a bfloat16 run of GUARD_ROWS random pro
 and greedy tokens of GUARD_STEPS decode steps; after quantising (and compiling), the engine's own decode
 step (the captured graph on a GPU) replays them teacher-forced: each step is fed the bfloat16 token, so
 one early disagreement does not make every later step disagree. Per decode step and row it keeps the
-cosine similarity of the logits and whether the argmax is the bfloat16 token. A kernel switch by row
-count (fp8 above `tensor_core_rows` rows) gets its own check, with the prompts repeated past the switch.
+cosine similarity of the logits and whether the argmax is the bfloat16 token. The switch to tensor cores
+above `tensor_core_rows` rows gets its own check, with the prompts repeated past it.
 """
 from __future__ import annotations
 
@@ -102,8 +102,8 @@ def accuracy(decoder: FastDecoder, reference: Reference, rows: int, step_runner:
 
 
 def guard_rows(tensor_core_rows: int) -> list[int]:
-    """Row counts that reach every kernel the decode step can use: the guard batch, and past the fp8
-    tensor-core switch when there is one above it."""
+    """Row counts that reach every kernel the decode step can use: the guard batch, and past the
+    tensor-core switch when it lies above the guard batch."""
     rows = [GUARD_ROWS]
     if tensor_core_rows >= GUARD_ROWS:
         rows.append(-(-(tensor_core_rows + 1) // GUARD_ROWS) * GUARD_ROWS)

@@ -10,8 +10,27 @@ from runners.spec.options import SpecError, number, parse_batch_sizes, record, s
 from runners.spec.sweep import SLO_METRICS, SweepSpec, check_context, check_draws
 
 
+class LoadAxis:
+    """What a load point shows on its sweep's x axis: the value of the option the sweep varies
+    (`axis`: max_num_seqs, arrival_rate or concurrency), shared by continuous and endpoint points."""
+
+    axis: str
+    max_num_seqs: int | None
+    arrival_rate: float | None
+    concurrency: int | None
+
+    @property
+    def value(self) -> float:
+        return float({"max_num_seqs": self.max_num_seqs, "arrival_rate": self.arrival_rate,
+                      "concurrency": self.concurrency}[self.axis])
+
+    @property
+    def label(self) -> str:
+        return f"{self.axis} {self.value:g}"
+
+
 @dataclass(frozen=True)
-class ContinuousPoint:
+class ContinuousPoint(LoadAxis):
     """One point of a continuous sweep: the load and the batch limit it runs with."""
 
     max_num_seqs: int
@@ -22,18 +41,9 @@ class ContinuousPoint:
     larger = "larger values"  # what an OOM stop leaves out
 
     @property
-    def value(self) -> float:
-        return float({"max_num_seqs": self.max_num_seqs, "arrival_rate": self.arrival_rate,
-                      "concurrency": self.concurrency}[self.axis])
-
-    @property
     def batch_size(self) -> int:
         """What the static charts key on: the concurrency of a concurrency sweep, else max_num_seqs."""
         return self.concurrency if self.axis == "concurrency" else self.max_num_seqs
-
-    @property
-    def label(self) -> str:
-        return f"{self.axis} {self.value:g}"
 
 
 def parse_arrival(value: Any) -> list[float]:

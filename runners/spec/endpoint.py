@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from runners.spec.continuous import check_load, check_slo, longest_request, parse_arrival
+from runners.spec.continuous import LoadAxis, check_load, check_slo, longest_request, parse_arrival
 from runners.spec.options import SpecError, number, record, set_whole_numbers
 from runners.spec.sweep import SweepSpec, check_context, check_draws
 
@@ -22,7 +22,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
-class EndpointPoint:
+class EndpointPoint(LoadAxis):
     """One point of an endpoint sweep: its load, and the server's batch limit when the sweep sets it."""
 
     arrival_rate: float | None  # requests/s (open loop), or None for a closed loop
@@ -33,21 +33,12 @@ class EndpointPoint:
     larger = "larger values"  # what an OOM stop leaves out
 
     @property
-    def value(self) -> float:
-        return float({"max_num_seqs": self.max_num_seqs, "arrival_rate": self.arrival_rate,
-                      "concurrency": self.concurrency}[self.axis])
-
-    @property
     def batch_size(self) -> int:
         """The clients of a closed loop, else the server's batch limit; 0 when BatchScope does not know it
         (an open loop against a server it does not start)."""
         if self.axis == "concurrency" or self.max_num_seqs is None:
             return self.concurrency or 0
         return self.max_num_seqs
-
-    @property
-    def label(self) -> str:
-        return f"{self.axis} {self.value:g}"
 
 
 def templated(spec: SweepSpec) -> set[str]:
