@@ -1,0 +1,235 @@
+"""Re-make the shipped demo set (data/demo, issue 18) on a GPU host: every sweep by name, each with a time bound.
+
+    python3 bench/demo_set.py OUT_DIR [NAME ...] [--deadline-s 540]   run (no NAME: the whole set, in order)
+    python3 bench/demo_set.py --list                                  names, GPUs and time bounds
+    python3 bench/demo_set.py --check FOLDER ...                      what each run folder made
+
+Sweeps run one per GPU, side by side on a host with several (CUDA_VISIBLE_DEVICES gives each its own, so
+telemetry and timing stay on that GPU); a two-GPU sweep (tensor parallel, replicas) waits for two free
+GPUs. A sweep starts only when its bound fits before the deadline, and gets SIGTERM at its bound, which
+keeps its finished points (state cancelled): a demo run must end by itself (done, or stopped by OOM).
+A folder already `done` is kept, so a later call goes on where an earlier one stopped: the whole set
+takes about half an hour of one H200 pair, in calls of at most 9 minutes each.
+Every sweep: seed 0, 3 measured repeats; the fast engine warms and captures every shape in setup, so it
+runs no warm-up repeat; hf-generate has no setup and gets one. Imported into the app by copying the
+folders into data/demo.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHAT = ("--prompt-len", "lognormal:512:0.6", "--output-len", "lognormal:256:0.5")
+LONG = ("--prompt-len", "lognormal:8192:0.3", "--output-len", "fixed:256")
+COMMON = ("--repeats", "3", "--seed", "0")
+FAST = ("--engine", "fast", "--warmup", "0")
+CONTINUOUS = (*FAST, "--mode", "continuous", "--max-num-batched-tokens", "8192", "--slo-metric", "ttft",
+              "--slo-ms", "1000")
+MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+MODELS = {"1b": "llama-3.2-1b", "8b": "llama-3.1-8b"}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One demo run: its folder name (h200-NAME), label, runner options, time bound and GPUs."""
+
+    name: str
+    label: str
+    options: tuple[str, ...]
+    bound_s: int
+    gpus: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+
+
+LAYOUTS = {  # suffix -> (runner options, label, GPUs)
+    "": ((), "", 1),
+    "tp2": (("--tensor-parallel", "2"), " · tensor parallel over 2 GPUs", 2),
+    "rep2": (("--replicas", "2"), " · 2 replicas on 2 GPUs", 2),
+}
+
+
+def static(model: str, dtype: str, workload: str, batches: str, bound_s: int, layout: str = "") -> Sweep:
+    """A static fast-engine sweep of one model, dtype and workload, on one GPU or two (`layout`)."""
+    shape = {"chat": CHAT, "long": LONG}[workload]
+    options, where, gpus = LAYOUTS[layout]
+    short = {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
+    return Sweep(f"fast-{model}-{short}-{workload}{'-' + layout if layout else ''}",
+                 f"{model.upper()} fast · {workload} · {short}{where}",
+                 (*FAST, "--model", MODELS[model], "--dtype", dtype, "--batch-sizes", batches, *shape, *COMMON, *options),
+                 bound_s, gpus=gpus, env=MULTI_GPU_ENV if gpus > 1 else {})
+
+
+def continuous(part: str, sweep_options: tuple[str, ...], bound_s: int, label: str) -> Sweep:
+    return Sweep(f"cont-8b-bf16-chat-{part}", f"8B continuous · chat · bf16 · {label}",
+                 (*CONTINUOUS, "--model", MODELS["8b"], "--dtype", "bfloat16", *CHAT, *COMMON, *sweep_options), bound_s)
+
+
+# In priority order: the static case, its contrast, then serving, quantised weights, two GPUs, the rest.
+SET = [
+    static("8b", "bfloat16", "chat", "pow2:1:1024", 330),
+    Sweep("hf-1b-bf16-chat", "1B hf-generate · chat · bf16",
+          ("--engine", "hf-generate", "--warmup", "1", "--model", MODELS["1b"], "--dtype", "bfloat16",
+           "--batch-sizes", "1,4,16,64", *CHAT, *COMMON), 300),
+    static("1b", "bfloat16", "chat", "pow2:1:1024", 220),
+    continuous("seqs", ("--max-num-seqs", "8,32,128", "--arrival", "poisson:8", "--num-requests", "128"), 280,
+               "max_num_seqs at 8 req/s"),
+    continuous("rate", ("--max-num-seqs", "64", "--arrival", "poisson:4,8,12,16", "--num-requests", "64"), 250,
+               "arrival rate, 64 slots"),
+    static("8b", "fp8", "chat", "pow2:1:1024", 360),
+    static("8b", "int8", "chat", "pow2:1:1024", 280),
+    static("8b", "bfloat16", "chat", "1,4,16,64,256,1024", 260, layout="tp2"),
+    static("8b", "bfloat16", "chat", "2,4,16,64,256,1024", 260, layout="rep2"),
+    static("8b", "bfloat16", "long", "pow2:1:1024", 260),
+    static("1b", "bfloat16", "long", "pow2:1:1024", 200),
+    static("8b", "float16", "chat", "1,4,16,64,256,1024", 170),
+    static("1b", "float16", "chat", "1,4,16,64,256,1024", 180),
+    static("8b", "float16", "long", "1,4,16,64,256,1024", 170),
+    static("1b", "float16", "long", "1,4,16,64,256,1024", 180),
+]
+BY_NAME = {sweep.name: sweep for sweep in SET}
+
+
+def folder_state(folder: Path) -> str | None:
+    status = folder / "status.json"
+    if not status.is_file():
+        return None
+    import json
+
+    return json.loads(status.read_text()).get("state")
+
+
+def launch(sweep: Sweep, out: Path, gpus: list[int]) -> subprocess.Popen:
+    folder = out / f"h200-{sweep.name}"
+    if folder.exists():
+        subprocess.run(["rm", "-rf", str(folder)], check=True)
+    env = {**os.environ, **sweep.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "runners", "sweep", "--out", str(folder), "--name", sweep.label, *sweep.options]
+    print(f"{time.strftime('%H:%M:%S')} start {sweep.name} on GPU {env['CUDA_VISIBLE_DEVICES']} "
+          f"(bound {sweep.bound_s} s)", flush=True)
+    log = open(out / f"{sweep.name}.out", "w")  # noqa: SIM115 - closed with the process below
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM (the runner keeps its finished points), then a kill if it does not end."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_set(sweeps: list[Sweep], out: Path, gpu_count: int, deadline_s: float) -> None:
+    """Greedy in order over the GPUs: start each sweep whose GPUs are free and whose bound fits before the
+    deadline; a two-GPU sweep that cannot start yet holds back the ones behind it (no starvation)."""
+    out.mkdir(parents=True, exist_ok=True)
+    end = time.monotonic() + deadline_s
+    pending = [s for s in sweeps if folder_state(out / f"h200-{s.name}") != "done"]
+    for s in sweeps:
+        if s not in pending:
+            print(f"keep {s.name}: already done", flush=True)
+    running: dict[str, tuple[Sweep, subprocess.Popen, list[int], float]] = {}
+    free = list(range(gpu_count))
+    while pending or running:
+        for s in list(pending):
+            if s.gpus > gpu_count:
+                print(f"skip {s.name}: needs {s.gpus} GPUs, this host has {gpu_count}", flush=True)
+                pending.remove(s)
+                continue
+            if s.bound_s > end - time.monotonic():
+                continue  # a shorter one further down may still fit
+            if s.gpus > len(free):
+                if s.gpus > 1:
+                    break
+                continue
+            gpus, free = free[:s.gpus], free[s.gpus:]
+            running[s.name] = (s, launch(s, out, gpus), gpus, time.monotonic())
+            pending.remove(s)
+        if not running:
+            for s in pending:
+                print(f"not started {s.name}: its bound ({s.bound_s} s) does not fit before the deadline", flush=True)
+            break
+        time.sleep(1)
+        for name, (s, proc, gpus, started) in list(running.items()):
+            if proc.poll() is None and time.monotonic() - started > s.bound_s:
+                print(f"{time.strftime('%H:%M:%S')} {name}: bound reached, SIGTERM", flush=True)
+                stop(proc)
+            if proc.poll() is not None:
+                print(f"{time.strftime('%H:%M:%S')} end {name}: exit {proc.returncode} after "
+                      f"{time.monotonic() - started:.0f} s", flush=True)
+                free = sorted(free + gpus)
+                del running[name]
+    for line in check([out / f"h200-{s.name}" for s in sweeps]):
+        print(line, flush=True)
+
+
+def check(folders: list[Path]) -> list[str]:
+    """One line per run folder: state, the batches (or axis values) measured, OOM, most outlier steps."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    lines = []
+    for folder in folders:
+        state = folder_state(folder)
+        if state is None:
+            lines.append(f"{folder.name}: not made")
+            continue
+        rows = [pq.read_table(p).to_pylist()[0] for p in sorted((folder / "points").glob("p*.summary.parquet"))]
+        ok = [r for r in rows if r.get("status") == "ok"]
+        others = [f"{r.get('batch_size')}: {r.get('status')}" for r in rows if r.get("status") != "ok"]
+        counts = [r["outlier_steps"] for r in ok if r.get("outlier_steps") is not None]
+        outliers = f"≤ {max(counts)}" if counts else "not counted"
+        status = json.loads((folder / "status.json").read_text())
+        took = f"{status.get('started_at', '')[11:19]}–{(status.get('finished_at') or '')[11:19]}"
+        lines.append(f"{folder.name}: {state}, {len(ok)} ok (batches {[r.get('batch_size') for r in ok]}), "
+                     f"{'; '.join(others) or 'no failed point'}, outlier steps {outliers}, {took}")
+    return lines
+
+
+def gpus_here() -> int:
+    """GPUs on this host, without importing torch (nvidia-smi lists them)."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", nargs="?", type=Path, help="folder for the run folders (h200-NAME each)")
+    ap.add_argument("names", nargs="*", help="sweeps to make, in this order (default: the whole set)")
+    ap.add_argument("--deadline-s", type=float, default=540.0, help="start nothing whose bound ends after this")
+    ap.add_argument("--list", action="store_true", help="print the set and exit")
+    ap.add_argument("--check", nargs="+", type=Path, metavar="FOLDER", help="describe run folders and exit")
+    args = ap.parse_args()
+    if args.list:
+        for s in SET:
+            print(f"{s.name:28} {s.gpus} GPU  ≤{s.bound_s:4d} s  {s.label}")
+        return
+    if args.check:
+        print("\n".join(check(args.check)))
+        return
+    if args.out is None:
+        ap.error("give OUT_DIR, --list or --check")
+    unknown = [n for n in args.names if n not in BY_NAME]
+    if unknown:
+        ap.error(f"unknown sweep(s) {', '.join(unknown)}; --list shows the set")
+    sweeps = [BY_NAME[n] for n in args.names] if args.names else SET
+    gpus = gpus_here()
+    if gpus == 0:
+        sys.exit("no GPU here (nvidia-smi lists none): the demo set is measured on an H200")
+    run_set(sweeps, args.out, gpus, args.deadline_s)
+
+
+if __name__ == "__main__":
+    main()
