@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from batchscope.explain import Step, contrast, explain_steps
+from batchscope.explain import Step
 from batchscope.explain_charts import resize
 from batchscope.ui import explain_view, resources, run_view
 from batchscope.ui.history_view import overlay_labels
@@ -41,13 +41,8 @@ slo = slo_control("explain_slo", switch=None,
                   span=lambda metric, percentile: explain_view.slo_range(data.table, f"{metric}_ms_p{percentile}"))
 if slo is not None:
     data = resources.load_run(run_id, slo)
-steps: list[Step] = explain_steps(data.run, data.table, data.analysis, data.split, slo)
-partner_id = explain_view.partner_run(data.run, runs, lambda rid: (store.run(rid) or {}).get("spec"))
-partner = resources.load_run(partner_id, None) if partner_id else None
-if partner is not None and partner.analysis is not None:
-    extra = contrast(data.run, data.table, partner.run, partner.table)
-    if extra is not None:
-        steps.append(extra)
+steps: list[Step] = explain_view.walk(data, runs, lambda rid: resources.load_run(rid, None),
+                                      lambda rid: (store.run(rid) or {}).get("spec"), slo)
 
 present = st.toggle("Present: one step at a time, large", key="explain_present")
 
@@ -82,8 +77,8 @@ if present:
     show_step(index + 1, steps[index], large=True)
 else:
     st.caption(f"{run_view.run_title(data.run)} · {len(steps)} steps, every sentence computed from this run's numbers."
-               + ("" if partner_id else " No run of the other engine on this model and dtype is stored, so there is "
-                                        "no engine contrast."))
+               + ("" if any(step.key == "contrast" for step in steps) else
+                  " No run of the other engine on this model and dtype is stored, so there is no engine contrast."))
     for number, step in enumerate(steps, start=1):
         show_step(number, step, large=False)
         st.divider()

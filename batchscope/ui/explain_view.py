@@ -7,10 +7,26 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.explain import measured
+from batchscope.analysis import SLO
+from batchscope.explain import Step, contrast, explain_steps, measured
+from batchscope.ui.run_view import RunData
 
 OTHER_ENGINE = {"fast": "hf-generate", "hf-generate": "fast"}
 LENGTH_KEYS = ("prompt_len", "output_len")
+
+
+def walk(data: RunData, runs: pd.DataFrame, load: Callable[[str], RunData | None],
+         spec_of: Callable[[str], dict | None], slo: SLO | None) -> list[Step]:
+    """The whole story for one run, in the order it is told: the run's own steps, then the steps other
+    stored runs make possible (the other engine on the same model). `load` reads a run analysed without SLO."""
+    steps = explain_steps(data.run, data.table, data.analysis, data.split, slo)
+    partner_id = partner_run(data.run, runs, spec_of)
+    partner = load(partner_id) if partner_id else None
+    if partner is not None and partner.analysis is not None:
+        extra = contrast(data.run, data.table, partner.run, partner.table)
+        if extra is not None:
+            steps.append(extra)
+    return steps
 
 
 def default_run(runs: pd.DataFrame) -> str | None:
