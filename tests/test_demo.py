@@ -84,11 +84,11 @@ def test_first_start_shows_demo_runs_on_every_page(demo_home):
 def test_plain_run_page_and_home_open_the_latest_full_demo_run_not_the_one_point_one(demo_home):
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
     link = next(e for e in at.get("page_link") if e.proto.label == "Latest run with results")
-    assert link.proto.query_string == "run=h200-fast-1b-bf16-chat" and not link.proto.disabled
+    assert link.proto.query_string == "run=h200-fast-8b-fp16-long" and not link.proto.disabled
     at.switch_page("app_pages/run.py")
     at.run()
     assert not at.exception
-    assert at.selectbox(key="run_select").value == "h200-fast-1b-bf16-chat"  # newest done run with a curve
-    assert at.query_params["run"] == "h200-fast-1b-bf16-chat"
+    assert at.selectbox(key="run_select").value == "h200-fast-8b-fp16-long"  # newest done run with a curve (the set's last sweep)
+    assert at.query_params["run"] == "h200-fast-8b-fp16-long"
     sentences = " ".join(m.value for m in at.markdown)
     assert "ran out of memory" in sentences and "larger batches" not in sentences  # it stopped at an OOM

@@ -1,0 +1,118 @@
+"""bench/demo_set.py, the script that re-makes the shipped demo set: every sweep is one the runner accepts,
+the shipped folders are what the script's sweeps ask for, and the scheduler (real tiny CPU sweeps) packs,
+bounds, holds back and resumes as it says."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runners.cli import _raw_spec, build_parser
+from runners.spec import validate
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "data" / "demo"
+_spec = importlib.util.spec_from_file_location("demo_set", REPO / "bench" / "demo_set.py")
+demo_set = sys.modules.setdefault("demo_set", importlib.util.module_from_spec(_spec))  # bench/ is no package
+_spec.loader.exec_module(demo_set)
+
+SPEC_KEYS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
+             "seed", "tensor_parallel", "replicas", "max_num_seqs", "arrival", "concurrency", "num_requests",
+             "max_num_batched_tokens", "slo_metric", "slo_ms", "calibrate")
+
+
+def spec_of(sweep) -> dict:
+    """The spec the runner would write for this sweep (parsed and validated exactly as `runners sweep` does)."""
+    args = build_parser().parse_args(["sweep", "--out", "unused", "--name", sweep.label, *sweep.options])
+    return dataclasses.asdict(validate(_raw_spec(args)))
+
+
+@pytest.mark.parametrize("sweep", demo_set.SET, ids=lambda s: s.name)
+def test_every_sweep_of_the_set_is_a_valid_runner_spec(sweep) -> None:
+    spec = spec_of(sweep)
+    assert spec["repeats"] == 3 and spec["seed"] == 0
+    assert spec["tensor_parallel"] * spec["replicas"] == sweep.gpus
+    if sweep.gpus > 1:  # NVLink multicast stays off wherever NCCL runs
+        assert sweep.env == demo_set.MULTI_GPU_ENV
+    assert sweep.alone == (spec["engine"] == "hf-generate" or spec["mode"] == "continuous")
+
+
+def test_names_are_unique_and_say_what_the_sweep_is() -> None:
+    names = [s.name for s in demo_set.SET]
+    assert len(set(names)) == len(names)
+    for sweep in demo_set.SET:
+        spec = spec_of(sweep)
+        model = {"llama-3.2-1b": "1b", "llama-3.1-8b": "8b"}[spec["model"]]
+        assert f"-{model}-" in sweep.name and ("-chat" in sweep.name) == (spec["output_len"] == demo_set.CHAT[3])
+
+
+def test_each_shipped_demo_run_is_what_its_sweep_in_the_script_asks_for() -> None:
+    made = {p.name.removeprefix("h200-"): p for p in DEMO.iterdir() if (p / "spec.json").is_file()}
+    from_script = [s for s in demo_set.SET if s.name in made]
+    assert len(from_script) >= 12  # the set is shipped, not just described
+    for sweep in from_script:
+        shipped = json.loads((made[sweep.name] / "spec.json").read_text())
+        wanted = spec_of(sweep)
+        assert {k: shipped.get(k) for k in SPEC_KEYS} == {k: wanted[k] for k in SPEC_KEYS}, sweep.name
+        assert shipped["name"] == sweep.label
+
+
+def test_the_demo_folder_stays_small() -> None:
+    size = sum(f.stat().st_size for f in DEMO.rglob("*") if f.is_file())
+    assert size <= 30 * 1024**2, f"data/demo holds {size / 1024**2:.1f} MiB"
+
+
+TINY = ("--model", "tiny", "--device", "cpu", "--engine", "fast", "--repeats", "1", "--warmup", "0",
+        "--prompt-len", "fixed:8", "--output-len", "fixed:4", "--no-calibrate")
+
+
+def status(folder: Path) -> dict:
+    return json.loads((folder / "status.json").read_text())
+
+
+def test_scheduler_runs_side_by_side_holds_back_for_two_gpus_bounds_and_resumes(tmp_path: Path, capsys) -> None:
+    sweeps = [
+        demo_set.Sweep("one", "one", (*TINY, "--batch-sizes", "1,2"), 120),
+        demo_set.Sweep("two", "two", (*TINY, "--batch-sizes", "1"), 120),
+        demo_set.Sweep("pair", "pair", (*TINY, "--batch-sizes", "1"), 120, gpus=2),
+        demo_set.Sweep("slow", "slow", (*TINY, "--batch-sizes", "1,2,4,8,16,32", "--output-len", "fixed:2000"), 12),
+        demo_set.Sweep("late", "late", (*TINY, "--batch-sizes", "1"), 10_000),
+    ]
+    demo_set.run_set(sweeps, tmp_path, gpu_count=2, deadline_s=600)
+    folder = {s.name: tmp_path / f"h200-{s.name}" for s in sweeps}
+    one, two, pair = (status(folder[n]) for n in ("one", "two", "pair"))
+    assert one["state"] == two["state"] == pair["state"] == "done"
+    assert two["started_at"] < one["finished_at"]  # one and two ran side by side, one GPU each
+    assert pair["started_at"] > max(one["finished_at"], two["finished_at"])  # the pair waited for both GPUs
+    slow = status(folder["slow"])
+    assert slow["state"] == "cancelled" and slow["points_done"] >= 1  # SIGTERM at the bound kept finished points
+    assert not folder["late"].exists()  # its bound does not fit before the deadline: never started
+    out = capsys.readouterr().out
+    assert "not started late" in out and "slow: bound reached, SIGTERM" in out
+    assert "start pair on GPU 0,1" in out
+    before = status(folder["one"])["started_at"]
+    demo_set.run_set(sweeps[:1], tmp_path, gpu_count=2, deadline_s=600)  # a done folder is kept, not re-made
+    assert status(folder["one"])["started_at"] == before and "keep one: already done" in capsys.readouterr().out
+
+
+def test_a_host_alone_sweep_has_no_neighbour(tmp_path: Path) -> None:
+    sweeps = [demo_set.Sweep("first", "first", (*TINY, "--batch-sizes", "1"), 120),
+              demo_set.Sweep("solo", "solo", (*TINY, "--batch-sizes", "1,2"), 120, alone=True),
+              demo_set.Sweep("after", "after", (*TINY, "--batch-sizes", "1"), 120)]
+    started = time.time()
+    demo_set.run_set(sweeps, tmp_path, gpu_count=2, deadline_s=600)
+    first, solo, after = (status(tmp_path / f"h200-{n}") for n in ("first", "solo", "after"))
+    assert first["finished_at"] < solo["started_at"] and solo["finished_at"] < after["started_at"]
+    assert time.time() - started < 300
+
+
+def test_check_describes_each_folder_along_its_own_axis() -> None:
+    lines = demo_set.check([DEMO / "h200-fast-8b-bf16-chat", DEMO / "h200-cont-8b-bf16-chat-rate", DEMO / "nothing"])
+    assert lines[0].startswith("h200-fast-8b-bf16-chat: done, 7 ok (batch_size [1, 2, 4, 8, 16, 32, 64]), 128: oom")
+    assert lines[1].startswith("h200-cont-8b-bf16-chat-rate: done, 4 ok (arrival_rate [4.0, 8.0, 12.0, 16.0])")
+    assert lines[2] == "nothing: not made"
