@@ -92,3 +92,15 @@ def test_plain_run_page_and_home_open_the_latest_full_demo_run_not_the_one_point
     assert at.query_params["run"] == "h200-fast-8b-fp16-long"
     sentences = " ".join(m.value for m in at.markdown)
     assert "ran out of memory" in sentences and "larger batches" not in sentences  # it stopped at an OOM
+
+
+def test_every_shipped_run_opens_on_the_run_page_with_its_charts(demo_home):
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
+    at.switch_page("app_pages/run.py")
+    for folder in demo_folders(DEMO):
+        at.query_params["run"] = folder.name
+        at.run()
+        assert not at.exception, (folder.name, [e.value for e in at.exception])
+        assert at.selectbox(key="run_select").value == folder.name
+        assert len(at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")) >= 1, folder.name
+        assert not at.error, (folder.name, [e.value for e in at.error])
