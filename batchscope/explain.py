@@ -274,7 +274,8 @@ def requests_at(point: pd.Series, run: dict[str, Any]) -> int | None:
 
 def tied_percentile_words(points: pd.DataFrame, percentile: int, run: dict[str, Any]) -> str:
     """Where P95 and P99 TTFT are the same number, why: how few requests the higher one rests on (it is then
-    the slowest request) or, in a static batch, that its rows share one prefill. Empty when they differ."""
+    the slowest request) or, in a static batch, that its rows share one prefill. Empty when they differ (or,
+    for a continuous run with 100 requests or more, when neither reason holds)."""
     if percentile not in (95, 99):
         return ""
     column, other = f"ttft_ms_p{percentile}", f"ttft_ms_p{ {95: 99, 99: 95}[percentile]}"
@@ -287,12 +288,14 @@ def tied_percentile_words(points: pd.DataFrame, percentile: int, run: dict[str, 
     batches = ", ".join(str(int(row["batch_size"])) for row, _ in counted)
     few = [found for found in counted if found[1] < 100]  # then P99 has under one request beyond it
     row, n = max(few, key=lambda found: found[1]) if few else min(counted, key=lambda found: found[1])
+    static = (run.get("spec") or {}).get("mode") != "continuous"
     if n < 100:
         why = f"P99 of {n} requests is simply the slowest one"
-    else:
+    elif static:
         why = f"even with {n} requests, the rows of one static batch share one prefill, so its slowest requests tie"
-    per = (f"{int(row['batch_size'])} × {int(row['repeats'])} repeats"
-           if (run.get("spec") or {}).get("mode") != "continuous" else f"{int(row['repeats'])} repeats")
+    else:
+        return ""
+    per = f"{int(row['batch_size'])} × {int(row['repeats'])} repeats" if static else f"{int(row['repeats'])} repeats"
     return (f"P95 and P99 TTFT are the same at batch {batches}: at batch {int(row['batch_size'])} they rest on "
             f"{n} requests ({per}), and {why}")
 
@@ -455,8 +458,12 @@ def capacity_sentence(table: pd.DataFrame, split: pd.DataFrame) -> str:
     reach = bl + max(0.0, capacity - ul) / per_row
     if reach > FAR_BATCHES * bl:
         return f"{head}; {grew}, so the capacity line is far away (near batch {reach:.0f})."
-    fills = "so at that rate the device fills" if not ooms else "so at that rate it was full"
-    return f"{head}; {grew}, {fills} near batch {reach:.0f}."
+    if not ooms:
+        return f"{head}; {grew}, so at that rate the device fills near batch {reach:.0f}."
+    if reach < ooms[0]:
+        return f"{head}; {grew}, so at that rate it was full near batch {reach:.0f}."
+    return (f"{head}; {grew}, which alone would fill it only near batch {reach:.0f}, so batch {ooms[0]} needed more "
+            f"than that growth predicts.")
 
 
 def footprint_growth(ok_split: pd.DataFrame) -> tuple[float, int, dict[str, float]] | None:
