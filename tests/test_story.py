@@ -81,8 +81,9 @@ def test_continuous_chapter_compares_the_best_under_the_slo_and_says_why_a_point
         "ttft<=500ms).")
     assert chapters.continuous_chapter(static, [], slo) is None
     tight = SLO("ttft", 95, 10.0)
-    assert "static batching (static) meets it nowhere: even batch 1 takes 50 ms" in \
-        chapters.continuous_chapter(static, [online], tight).sentences[0]
+    nowhere = chapters.continuous_chapter(static, [online], tight)
+    assert "static batching (static) meets it nowhere: even batch 1 takes 50 ms" in nowhere.sentences[0]
+    assert nowhere.title == "Continuous vs static batching under the same SLO"  # neither meets it: no move claimed
 
 
 # ---- b. quantised weights ----
@@ -115,6 +116,8 @@ def test_quant_chapter_decode_step_best_throughput_oom_and_the_accuracy_caveat()
         "of steps (logits cosine 0.79–0.84); these are random weights, so this says how much the quantised kernels "
         "change this network's output, not how a trained model's answers would change.")
     assert chapters.quant_chapter(base, []) is None
+    same = (fp8[0], analyse(base[1].table.assign(decode_step_ms=[3.5, 4.0, 6.0, None]), None, None))
+    assert chapters.quant_chapter(base, [same]).title == "Quantised weights against full precision"
 
 
 # ---- c. two GPUs ----
