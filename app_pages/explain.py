@@ -21,7 +21,7 @@ runs = resources.runs_or_stop()
 
 run_ids = runs["run_id"].tolist()
 if st.session_state.get("explain_run") not in run_ids:
-    st.session_state["explain_run"] = explain_view.default_run(runs)
+    st.session_state["explain_run"] = explain_view.default_run(runs, lambda rid: resources.load_run(rid, None))
 labels = overlay_labels(runs, run_ids)
 demo = dict(zip(runs["run_id"], runs["demo"].fillna(False)))
 st.selectbox("Run to explain", run_ids, key="explain_run",

@@ -40,36 +40,100 @@ class Step:
 def explain_steps(run: dict[str, Any], table: pd.DataFrame, analysis: Analysis, split: pd.DataFrame,
                   slo: SLO | None) -> list[Step]:
     """The six steps for one run; `analysis` must have been made with `slo` (step 6 reads its markers).
-    Latency is shown at the SLO's percentile (P95 without an SLO)."""
+    Latency is shown at the SLO's percentile (P95 without an SLO). The sentences read batch sizes: a
+    continuous run along another axis (the page shows those on the Run page instead) gets them without
+    the analysis' markers, which lie on that axis, rather than a crash."""
     percentile = slo.percentile if slo is not None else 95
+    charted = analysis
+    if analysis is not None and analysis.axis.key != "batch_size":
+        analysis = None
+    throughput = throughput_sentences(table, analysis)
+    done = cancelled_after(run, table)
+    if done is not None:
+        throughput = (throughput[0], with_clause(throughput[1], f"this run was cut short, cancelled after {done}, "
+                                                                "so larger batches were never measured"))
     return [
-        Step("throughput", "Throughput vs batch size: where the returns diminish",
-             explain_charts.throughput_chart(table, analysis), throughput_sentences(table, analysis)),
+        Step("throughput", throughput_title(table, analysis),
+             explain_charts.throughput_chart(table, charted), throughput),
         Step("latency", "Per-request latency: time to first token and inter-token latency",
-             explain_charts.latency_chart(table, percentile), latency_sentences(table, percentile)),
+             explain_charts.latency_chart(table, percentile), latency_sentences(table, percentile, run)),
         Step("utilisation", "Utilisation: GPU busy-time vs throughput",
              explain_charts.utilisation_chart(table), utilisation_sentences(run, table)),
-        Step("memory", "Memory: fixed weights, a KV cache that grows with the batch",
+        Step("memory", "Memory: fixed weights; KV cache and activations grow with the batch",
              explain_charts.memory_chart(table, split), memory_sentences(table, split)),
         Step("roofline", "The roofline: memory- or compute-bound, and how close to the floor",
-             explain_charts.roofline_chart(table, analysis.ridge_batch), roofline_sentences(run, table, analysis)),
+             explain_charts.roofline_chart(table, charted.ridge_batch), roofline_sentences(run, table, analysis)),
         Step("working_point", "The working point under a latency SLO",
-             explain_charts.working_point_chart(table, analysis, slo), working_point_sentences(table, analysis, slo)),
+             explain_charts.working_point_chart(table, charted, slo), working_point_sentences(table, analysis, slo)),
     ]
 
 
 # ---- sentence builders, one per step ----
 
-def throughput_sentences(table: pd.DataFrame, analysis: Analysis | None) -> tuple[str, str]:
-    """From the first to the best batch (and by how much), then where the returns stop."""
+def throughput_shape(table: pd.DataFrame, analysis: Analysis | None) -> str:
+    """What the curve does, one word the title and the sentences both read so they never disagree:
+    none, one, plateau, first (best at the smallest batch), falls, noisy_fall (the median falls by more
+    than a doubling must add, inside the repeats' spread), level (a smaller drop inside the spread), rising."""
     curve = measured(table, "output_tokens_per_s")
     if curve.empty:
+        return "none"
+    if len(curve) == 1:
+        return "one"
+    best = curve.loc[curve["output_tokens_per_s"].idxmax()]
+    last = curve.iloc[-1]
+    plateau = analysis.plateau if analysis is not None else None
+    if plateau is not None and (curve["batch_size"] > int(plateau.x)).any():
+        return "plateau"
+    if int(best["batch_size"]) == int(last["batch_size"]):
+        return "rising"
+    if int(best["batch_size"]) == int(curve.iloc[0]["batch_size"]):
+        return "first"
+    if not spreads_overlap(best, last):
+        return "falls"
+    gain = analysis.plateau_gain if analysis is not None else PADDING_OF_NOTE
+    drop = 1 - float(last["output_tokens_per_s"]) / float(best["output_tokens_per_s"])
+    return "noisy_fall" if drop >= gain else "level"
+
+
+def throughput_title(table: pd.DataFrame, analysis: Analysis | None) -> str:
+    """The throughput step's title: what this run's curve does, never a claim the curve contradicts."""
+    shape = throughput_shape(table, analysis)
+    curve = measured(table, "output_tokens_per_s")
+    if shape == "none":
+        return "Throughput vs batch size: no batch finished yet"
+    best = int(curve.loc[curve["output_tokens_per_s"].idxmax(), "batch_size"])
+    last, first = int(curve.iloc[-1]["batch_size"]), int(curve.iloc[0]["batch_size"])
+    ceiling = oom_past(table, last)
+    titles = {
+        "one": f"Throughput at batch {first}: one point, no curve yet",
+        "plateau": f"Throughput plateaus past batch {int(analysis.plateau.x) if analysis and analysis.plateau else best}",
+        "first": f"Throughput is highest at the smallest batch, {first}: larger batches add none",
+        "falls": f"Throughput peaks at batch {best}, then falls",
+        "noisy_fall": f"Throughput peaks at batch {best}, then falls (within the repeats' noise)",
+        "level": f"Throughput levels off past batch {best}",
+        "rising": (f"Throughput still rising at batch {last}, the largest that fit in memory" if ceiling is not None
+                   else f"Throughput still rising at the largest batch measured, {last}"),
+    }
+    return titles[shape] + (", after a dip" if dip(curve) is not None else "")
+
+
+def throughput_sentences(table: pd.DataFrame, analysis: Analysis | None) -> tuple[str, str]:
+    """From the first to the best batch (and by how much), then where the returns stop, and any dip on the way."""
+    opening, second = throughput_pair(table, analysis)
+    found = dip(measured(table, "output_tokens_per_s"))
+    return opening, (with_clause(second, dip_words(*found)) if found is not None else second)
+
+
+def throughput_pair(table: pd.DataFrame, analysis: Analysis | None) -> tuple[str, str]:
+    shape = throughput_shape(table, analysis)
+    curve = measured(table, "output_tokens_per_s")
+    if shape == "none":
         return ("No batch size finished with a throughput measurement, so there is no curve to explain yet.",
                 not_ok_words(table))
     first, best, last = curve.iloc[0], curve.loc[curve["output_tokens_per_s"].idxmax()], curve.iloc[-1]
     b0, t0 = int(first["batch_size"]), float(first["output_tokens_per_s"])
     bb, tb = int(best["batch_size"]), float(best["output_tokens_per_s"])
-    if len(curve) == 1:
+    if shape == "one":
         return (f"Only batch {b0} finished ({tok_s(t0)}), so there is no rise to compare yet.",
                 "Measure at least two batch sizes to see how throughput answers a bigger batch.")
     if bb == b0:
@@ -77,25 +141,30 @@ def throughput_sentences(table: pd.DataFrame, analysis: Analysis | None) -> tupl
     else:
         opening = (f"Throughput rises from {tok_s(t0)} at batch {b0} to {tok_s(tb)} at batch {bb}: "
                    f"{times(tb / t0)} the throughput for a {bb / b0:g}× larger batch.")
-    plateau = analysis.plateau if analysis is not None else None
-    after = curve[curve["batch_size"] > int(plateau.x)] if plateau is not None else curve.iloc[0:0]
-    if plateau is not None and not after.empty:
+    if shape == "plateau":
+        plateau = analysis.plateau
         here = curve[curve["batch_size"] == int(plateau.x)].iloc[0]
-        nxt = after.iloc[0]
+        nxt = curve[curve["batch_size"] > int(plateau.x)].iloc[0]
         gain = doubling_gain(here, nxt)
         change = f"adds only {pct(gain, 1)}" if gain >= 0 else f"loses {pct(-gain, 1)}"
         return opening, (f"Past batch {int(plateau.x)} it plateaus: going on to batch {int(nxt['batch_size'])} "
                          f"{change} per doubling ({tok_s(here['output_tokens_per_s'])} → "
                          f"{tok_s(nxt['output_tokens_per_s'])}), under the {pct(analysis.plateau_gain)} a doubling "
                          f"must add to count as still rising.")
-    if int(last["batch_size"]) != bb:
+    if shape in ("falls", "noisy_fall", "level", "first"):
         drop = 1 - float(last["output_tokens_per_s"]) / tb
-        if spreads_overlap(best, last):  # the Run page's noise rule: no fall called inside the repeats' spread
+        why = padding_words(last) + step_words(best, last)
+        if shape == "level" or (shape == "first" and spreads_overlap(best, last)):
             return opening, (f"Past batch {bb} it stays level within the noise: batch {int(last['batch_size'])} "
                              f"gives {tok_s(last['output_tokens_per_s'])}, {pct(drop, 1)} less, but their repeats "
                              f"overlap ({describe_spread(best)} against {describe_spread(last)}).")
+        if shape == "noisy_fall":
+            return opening, (f"Past its peak at batch {bb} the median falls: batch {int(last['batch_size'])} gives "
+                             f"{tok_s(last['output_tokens_per_s'])}, {pct(drop, 1)} less (their repeats overlap, "
+                             f"{describe_spread(best)} against {describe_spread(last)}, so how much is noise, but it "
+                             f"bought nothing){why}.")
         return opening, (f"Past its peak at batch {bb} it falls: batch {int(last['batch_size'])} gives "
-                         f"{tok_s(last['output_tokens_per_s'])}, {pct(drop, 1)} less{padding_words(last)}.")
+                         f"{tok_s(last['output_tokens_per_s'])}, {pct(drop, 1)} less{why}.")
     first_gain = doubling_gain(curve.iloc[0], curve.iloc[1])
     last_gain = doubling_gain(curve.iloc[-2], curve.iloc[-1])
     last_step = f"{int(curve.iloc[-2]['batch_size'])} → {int(last['batch_size'])}"
@@ -114,9 +183,51 @@ def throughput_sentences(table: pd.DataFrame, analysis: Analysis | None) -> tupl
                      f"doubling (the first, {first_step}, {pct(first_gain, 1)}){where}.")
 
 
-def latency_sentences(table: pd.DataFrame, percentile: int = 95) -> tuple[str, str]:
+def dip(curve: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series] | None:
+    """The deepest fall inside the curve that a later batch recovers from: (peak before it, lowest point,
+    first point back at or above the peak); None when every fall is final (or there is none)."""
+    found, peak, trough = None, None, None
+    for _, point in curve.iterrows():
+        t = float(point["output_tokens_per_s"])
+        if peak is None or t >= float(peak["output_tokens_per_s"]):
+            if trough is not None:
+                depth = 1 - float(trough["output_tokens_per_s"]) / float(peak["output_tokens_per_s"])
+                if found is None or depth > found[0]:
+                    found = (depth, peak, trough, point)
+            peak, trough = point, None
+        elif trough is None or t < float(trough["output_tokens_per_s"]):
+            trough = point
+    return found[1:] if found is not None else None
+
+
+def dip_words(peak: pd.Series, trough: pd.Series, back: pd.Series) -> str:
+    """The dip in the run's numbers, and whether its repeats resolve it."""
+    drop = 1 - float(trough["output_tokens_per_s"]) / float(peak["output_tokens_per_s"])
+    noise = ", within the noise: their repeats overlap" if spreads_overlap(peak, trough) else ""
+    return (f"on the way it dips from {tok_s(peak['output_tokens_per_s'])} at batch {int(peak['batch_size'])} to "
+            f"{tok_s(trough['output_tokens_per_s'])} at batch {int(trough['batch_size'])} ({pct(drop, 1)} less{noise})"
+            f" before batch {int(back['batch_size'])} recovers to {tok_s(back['output_tokens_per_s'])}")
+
+
+def step_words(low: pd.Series, high: pd.Series) -> str:
+    """The decode-step floor: when the step grew about as fast as the batch, more rows bought no more tokens/s."""
+    a, z = value(low, "decode_step_ms"), value(high, "decode_step_ms")
+    grown = float(high["batch_size"]) / float(low["batch_size"])
+    if a is None or z is None or grown <= 1 or z / a < 0.75 * grown:
+        return ""
+    return (f"; a decode step went from {ms(a)} at batch {int(low['batch_size'])} to {ms(z)} at batch "
+            f"{int(high['batch_size'])}, {times(z / a)} for {times(grown)} the rows")
+
+
+def with_clause(sentence: str, clause: str) -> str:
+    """`sentence` with `clause` added before its full stop."""
+    return f"{sentence[:-1]}; {clause}."
+
+
+def latency_sentences(table: pd.DataFrame, percentile: int = 95, run: dict[str, Any] | None = None
+                      ) -> tuple[str, str]:
     """TTFT and ITL at the chosen percentile at the smallest and largest batch, and the token rate a user
-    at that percentile sees (1000 / ITL)."""
+    at that percentile sees (1000 / ITL); how many requests a tied percentile rests on, and outlier steps."""
     ttft_col, itl_col, p = f"ttft_ms_p{percentile}", f"itl_ms_p{percentile}", f"P{percentile}"
     ttft = measured(table, ttft_col)
     if ttft.empty:
@@ -131,17 +242,73 @@ def latency_sentences(table: pd.DataFrame, percentile: int = 95) -> tuple[str, s
                  f"{ms(vz)} at batch {int(z['batch_size'])}"
                  + (f" ({times(vz / va)}): a request's first token waits for the prefill of the whole batch."
                     if vz > va else "."))
+    tie = tied_percentile_words(ttft, percentile, run or {})
+    first = with_clause(first, tie) if tie else first
     itl = measured(table, itl_col)
+    outliers = outlier_words(table)
     if itl.empty:
-        return first, "This run recorded no inter-token latency (ITL), so the token rate each user sees is unknown."
+        second = "This run recorded no inter-token latency (ITL), so the token rate each user sees is unknown."
+        return first, with_clause(second, outliers) if outliers else second
     a, z = itl.iloc[0], itl.iloc[-1]
     va, vz = float(a[itl_col]), float(z[itl_col])
     if len(itl) == 1:
-        return first, (f"{p} inter-token latency (ITL) is {ms(va)} at batch {int(a['batch_size'])}: each user "
-                       f"receives about {num(1000 / va)} tokens/s (1000 / ITL).")
-    return first, (f"{p} inter-token latency (ITL) {moves(va, vz)} from {ms(va)} at batch {int(a['batch_size'])} to "
-                   f"{ms(vz)} at batch {int(z['batch_size'])}, so each user's stream goes from about "
-                   f"{num(1000 / va)} to {num(1000 / vz)} tokens/s (1000 / ITL).")
+        second = (f"{p} inter-token latency (ITL) is {ms(va)} at batch {int(a['batch_size'])}: each user "
+                  f"receives about {num(1000 / va)} tokens/s (1000 / ITL).")
+    else:
+        second = (f"{p} inter-token latency (ITL) {moves(va, vz)} from {ms(va)} at batch {int(a['batch_size'])} to "
+                  f"{ms(vz)} at batch {int(z['batch_size'])}, so each user's stream goes from about "
+                  f"{num(1000 / va)} to {num(1000 / vz)} tokens/s (1000 / ITL).")
+    return first, with_clause(second, outliers) if outliers else second
+
+
+def requests_at(point: pd.Series, run: dict[str, Any]) -> int | None:
+    """How many requests a point's latency percentiles rest on: batch × repeats for a static point, the
+    spec's num_requests × repeats for a continuous one; None when the repeats were not recorded."""
+    repeats = value(point, "repeats")
+    if repeats is None or repeats < 1:
+        return None
+    spec = run.get("spec") or {}
+    per_repeat = spec.get("num_requests") if spec.get("mode") == "continuous" else point["batch_size"]
+    return int(per_repeat) * int(repeats) if per_repeat else None
+
+
+def tied_percentile_words(points: pd.DataFrame, percentile: int, run: dict[str, Any]) -> str:
+    """Where P95 and P99 TTFT are the same number, why: how few requests the higher one rests on (it is then
+    the slowest request) or, in a static batch, that its rows share one prefill. Empty when they differ (or,
+    for a continuous run with 100 requests or more, when neither reason holds)."""
+    if percentile not in (95, 99):
+        return ""
+    column, other = f"ttft_ms_p{percentile}", f"ttft_ms_p{ {95: 99, 99: 95}[percentile]}"
+    if other not in points:
+        return ""
+    tied = points[(pd.to_numeric(points[other], errors="coerce") - points[column]).abs() <= 1e-6 * points[column]]
+    counted = [(row, n) for _, row in tied.iterrows() if (n := requests_at(row, run)) is not None]
+    if not counted:
+        return ""
+    batches = ", ".join(str(int(row["batch_size"])) for row, _ in counted)
+    few = [found for found in counted if found[1] < 100]  # then P99 has under one request beyond it
+    row, n = max(few, key=lambda found: found[1]) if few else min(counted, key=lambda found: found[1])
+    static = (run.get("spec") or {}).get("mode") != "continuous"
+    if n < 100:
+        why = f"P99 of {n} requests is simply the slowest one"
+    elif static:
+        why = f"even with {n} requests, the rows of one static batch share one prefill, so its slowest requests tie"
+    else:
+        return ""
+    per = f"{int(row['batch_size'])} × {int(row['repeats'])} repeats" if static else f"{int(row['repeats'])} repeats"
+    return (f"P95 and P99 TTFT are the same at batch {batches}: at batch {int(row['batch_size'])} they rest on "
+            f"{n} requests ({per}), and {why}")
+
+
+def outlier_words(table: pd.DataFrame) -> str:
+    """Which points had measured decode steps over 5× their like steps, and how many; empty when none."""
+    found = measured(table, "outlier_steps")
+    found = found[found["outlier_steps"] > 0]
+    if found.empty:
+        return ""
+    listed = " and ".join(f"{int(row['outlier_steps'])} at batch {int(row['batch_size'])}" for _, row in found.iterrows())
+    return (f"{listed} measured decode step(s) took over 5× the median of like steps (a compile, autotune or "
+            f"allocation), which the tail of its ITL includes")
 
 
 def utilisation_sentences(run: dict[str, Any], table: pd.DataFrame) -> tuple[str, str]:
@@ -222,33 +389,51 @@ def cpu_sentences(run: dict[str, Any], table: pd.DataFrame) -> tuple[str, str]:
     return first, "What it has instead: " + " and ".join(found) + "."
 
 
+KV_MEASURES = (("mem_kv_allocated", "allocated (what the cache reserves)"),
+               ("mem_kv_used", "used (what live tokens fill)"))
+SPLIT_GROWTH = (("kv", "KV cache"), ("activations", "activations"), ("allocator_reserve", "allocator reserve"))
+
+
+def kv_measure(table: pd.DataFrame) -> tuple[str, str] | None:
+    """The one KV column both memory sentences read: allocated when recorded, else used; with its meaning."""
+    for column, meaning in KV_MEASURES:
+        if not measured(table, column).empty:
+            return column, meaning
+    return None
+
+
 def memory_sentences(table: pd.DataFrame, split: pd.DataFrame) -> tuple[str, str]:
-    """Weights fixed and KV growing with active tokens; then capacity, headroom and the OOM point."""
+    """Weights fixed and the KV cache growing (one KV measure, named); then capacity, headroom and the OOM
+    point, projected from how much the whole footprint grew per request."""
     weights = measured(table, "mem_weights")
-    kv = measured(table, "mem_kv_used")
-    if weights.empty and kv.empty:
+    kv = kv_measure(table)
+    if weights.empty and kv is None:
         first = "This run recorded no memory split (weights, KV cache), so where its memory goes is unknown."
     else:
         held = (f"The weights take {size(weights['mem_weights'].max())} at every batch size" if not weights.empty
                 else "This run recorded no weight bytes")
-        if kv.empty:
+        if kv is None:
             first = f"{held}; the KV cache was not recorded."
         else:
-            a, z = kv.iloc[0], kv.iloc[-1]
-            if len(kv) == 1:
-                first = (f"{held}; the KV cache holds {size(a['mem_kv_used'])} for {tokens(a)} at batch "
-                         f"{int(a['batch_size'])}, the only finished batch.")
+            column, meaning = kv
+            rows = measured(table, column)
+            a, z = rows.iloc[0], rows.iloc[-1]
+            per = f", {size(float(z[column]) / int(z['batch_size']))} per request"
+            if len(rows) == 1:
+                first = (f"{held}; the KV cache {meaning} is {size(a[column])} at batch {int(a['batch_size'])}{per}, "
+                         f"the only finished batch.")
             else:
-                first = (f"{held}, while the KV cache grows with the tokens in flight: {size(a['mem_kv_used'])} for "
-                         f"{tokens(a)} at batch {int(a['batch_size'])}, {size(z['mem_kv_used'])} for {tokens(z)} "
-                         f"at batch {int(z['batch_size'])}.")
+                first = (f"{held}, while the KV cache {meaning} grows with the batch: {size(a[column])} at batch "
+                         f"{int(a['batch_size'])}, {size(z[column])} at batch {int(z['batch_size'])}{per}.")
     return first, capacity_sentence(table, split)
 
 
 def capacity_sentence(table: pd.DataFrame, split: pd.DataFrame) -> str:
-    """How much of the device the largest ok batch used, and the OOM point or where KV would fill it."""
+    """How much of the device the largest ok batch used, and the OOM point or where the measured growth of the
+    whole footprint (KV, activations, allocator reserve) per request would fill it."""
     ok_split = split[split["status"] == "ok"] if "status" in split else split
     used = ok_split.dropna(subset=["bytes"]).groupby("batch_size")["bytes"].sum()
+    used = used[used > 0]
     capacity = measured(table, "mem_capacity")["mem_capacity"].max() if "mem_capacity" in table else math.nan
     ooms = sorted(int(b) for b in table.loc[table["status"] == "oom", "batch_size"]) if "status" in table else []
     if used.empty:
@@ -260,17 +445,41 @@ def capacity_sentence(table: pd.DataFrame, split: pd.DataFrame) -> str:
     else:
         share = pct(ul / capacity) if ul >= capacity / 100 else "under 1 %"
         of = f"{size(ul)} of the {size(capacity)} on the device ({share})"
-    if ooms:
-        return f"Batch {ooms[0]} ran out of memory; the largest batch that fit, {bl}, used {of}."
-    kv_row = kv_per_row(table, bl)
-    if math.isnan(capacity) or kv_row is None:
-        return f"No batch ran out of memory; the largest, {bl}, used {of}."
-    reach = bl + max(0.0, capacity - ul) / kv_row
+    head = (f"Batch {ooms[0]} ran out of memory; the largest batch that fit, {bl}, used {of}" if ooms
+            else f"No batch ran out of memory; the largest, {bl}, used {of}")
+    growth = footprint_growth(ok_split)
+    if growth is None:
+        return head + "."
+    per_row, low, parts = growth
+    grew = (f"from batch {low} to {bl} the whole footprint grew {size(per_row)} per request ("
+            + ", ".join(f"{name} {size(parts[key])}" for key, name in SPLIT_GROWTH if key in parts) + ")")
+    if math.isnan(capacity) or per_row <= 0:
+        return f"{head}; {grew}."
+    reach = bl + max(0.0, capacity - ul) / per_row
     if reach > FAR_BATCHES * bl:
-        return (f"No batch ran out of memory; the largest, {bl}, used {of}: at {size(kv_row)} of KV cache per "
-                f"request the capacity line is far away (near batch {num(reach)}).")
-    return (f"No batch ran out of memory; the largest, {bl}, used {of}, and at {size(kv_row)} of KV cache per "
-            f"request the capacity line would be reached near batch {num(reach)}.")
+        return f"{head}; {grew}, so the capacity line is far away (near batch {reach:.0f})."
+    if not ooms:
+        return f"{head}; {grew}, so at that rate the device fills near batch {reach:.0f}."
+    if reach < ooms[0]:
+        return f"{head}; {grew}, so at that rate it was full near batch {reach:.0f}."
+    return (f"{head}; {grew}, which alone would fill it only near batch {reach:.0f}, so batch {ooms[0]} needed more "
+            f"than that growth predicts.")
+
+
+def footprint_growth(ok_split: pd.DataFrame) -> tuple[float, int, dict[str, float]] | None:
+    """Bytes per added request between the two largest finished batches: the whole footprint, its first batch,
+    and the growth of KV (used + unused), activations and allocator reserve; None with fewer than two."""
+    wide = ok_split.dropna(subset=["bytes"]).pivot_table(index="batch_size", columns="part", values="bytes",
+                                                          aggfunc="sum", observed=True)
+    wide = wide[wide.sum(axis=1) > 0].sort_index()
+    if len(wide) < 2:
+        return None
+    low, high = wide.iloc[-2], wide.iloc[-1]
+    rows = float(wide.index[-1] - wide.index[-2])
+    grown = (high - low).fillna(0.0) / rows
+    parts = {"kv": float(grown.get("kv_used", 0.0) + grown.get("kv_unused", 0.0))}
+    parts.update({key: float(grown[key]) for key in ("activations", "allocator_reserve") if key in grown})
+    return float(grown.sum()), int(wide.index[-2]), parts
 
 
 def roofline_sentences(run: dict[str, Any], table: pd.DataFrame, analysis: Analysis | None) -> tuple[str, str]:
@@ -394,9 +603,12 @@ def contrast(run_a: dict[str, Any], table_a: pd.DataFrame, run_b: dict[str, Any]
         slow, quick = quick, slow
     model = run_a.get("model_name") or (run_a.get("model") or {}).get("name") or "model"
     ratio = float(slow[1]["decode_step_ms"]) / float(quick[1]["decode_step_ms"])
+    short = "".join(f"; {run.get('run_id')} was cut short, cancelled after {done}"
+                    for run, table in ((run_a, table_a), (run_b, table_b))
+                    if (done := cancelled_after(run, table)) is not None)
     first = (f"At batch {b}, the smallest both ran, a {slow[0]} decode step takes {ms(slow[1]['decode_step_ms'])} "
              f"against {quick[0]}'s {ms(quick[1]['decode_step_ms'])}: {times(ratio)} as long for the same {model} "
-             f"weights.")
+             f"weights{short}.")
     chart = explain_charts.contrast_chart({label_a: table_a, label_b: table_b})
     return Step("contrast", f"{label_a} vs {label_b} on the same model: engine overhead and the knee", chart,
                 (first, overhead_sentence(slow, quick, b, {label_a: table_a, label_b: table_b})))
@@ -455,6 +667,20 @@ def value(row: pd.Series, column: str) -> float | None:
     return None if math.isnan(number) else number
 
 
+def cancelled_after(run: dict[str, Any], table: pd.DataFrame) -> str | None:
+    """`2 batch sizes`: how far a cancelled run got, so no sentence passes it off as whole; None otherwise."""
+    if run.get("state") != "cancelled":
+        return None
+    done = len(measured(table, "output_tokens_per_s"))
+    return f"{done} batch size{'s' if done != 1 else ''}"
+
+
+def cut_short(run: dict[str, Any], table: pd.DataFrame) -> str:
+    """` (cut short: cancelled after 2 batch sizes)` after a cancelled run's name; empty otherwise."""
+    done = cancelled_after(run, table)
+    return f" (cut short: cancelled after {done})" if done is not None else ""
+
+
 def not_ok_words(table: pd.DataFrame) -> str:
     """Why there is no curve: which batches ran out of memory or failed, or that none finished."""
     if "status" not in table or table.empty:
@@ -489,17 +715,9 @@ def oom_past(table: pd.DataFrame, batch: int) -> int | None:
 def doubling_gain(low: pd.Series, high: pd.Series) -> float:
     """Throughput gain from one point to the next, per doubling of the batch (as the plateau rule reads it)."""
     doublings = math.log2(float(high["batch_size"]) / float(low["batch_size"]))
+    if doublings <= 0:  # points that share a batch size (a continuous sweep along another axis)
+        return 0.0
     return (float(high["output_tokens_per_s"]) / float(low["output_tokens_per_s"])) ** (1.0 / doublings) - 1.0
-
-
-def kv_per_row(table: pd.DataFrame, batch: int) -> float | None:
-    """KV bytes one request holds at `batch` (allocated, else used), None when not recorded."""
-    for column in ("mem_kv_allocated", "mem_kv_used"):
-        rows = measured(table, column)
-        rows = rows[rows["batch_size"] == batch]
-        if not rows.empty and float(rows.iloc[0][column]) > 0:
-            return float(rows.iloc[0][column]) / batch
-    return None
 
 
 def roofline_share(point: pd.Series) -> str:

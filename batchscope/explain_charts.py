@@ -6,7 +6,7 @@ No streamlit here.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import altair as alt
@@ -132,30 +132,38 @@ def working_point_chart(table: pd.DataFrame, analysis: Any, slo: Any) -> alt.Lay
 
 def contrast_chart(tables: Mapping[str, pd.DataFrame]) -> alt.HConcatChart:
     """Two panels side by side, one colour per engine: throughput, and decode step (log)."""
-    tput, step = [], []
-    for label, table in tables.items():
-        measured = charts.throughput_frame(table, label)
-        tput.append(measured[measured["series"] == "measured"])
-        ok = table[table["status"] == "ok"] if "status" in table else table
-        if "decode_step_ms" in ok:
-            step.append(pd.DataFrame({"run": label, "x": sweep_x(ok),
-                                      "value": pd.to_numeric(ok["decode_step_ms"], errors="coerce")}).dropna())
-    x = batch_x(*tables.values())
-    colour = alt.Color("run:N", title="engine", scale=alt.Scale(domain=list(tables), scheme="tableau10"),
-                       legend=alt.Legend(orient="bottom"))
-    panels = []
-    for frames, title, log in ((tput, "output tokens/s", False), (step, "decode step (ms, log)", True)):
-        found = [f for f in frames if not f.empty]
+    return runs_chart(tables, (("output_tokens_per_s", "output tokens/s", False),
+                               ("decode_step_ms", "decode step (ms, log)", True)), legend="engine")
+
+
+def runs_chart(tables: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, str, bool]], legend: str = "run",
+               x_title: str = "batch size (log2)", level: tuple[str, float, str] | None = None) -> alt.HConcatChart:
+    """Panels side by side, one per (column, title, log), one colour per run, on the runs' shared x axis;
+    `level` = (column, value, label) draws a labelled horizontal line (an SLO) on that column's panel."""
+    x = batch_x(*tables.values(), title=x_title)
+    colour = alt.Color("run:N", title=legend, scale=alt.Scale(domain=list(tables), scheme="tableau10"),
+                       legend=alt.Legend(orient="bottom", columns=1, labelLimit=0))
+    charts_ = []
+    for column, title, log in panels:
+        found = []
+        for label, table in tables.items():
+            ok = table[table["status"] == "ok"] if "status" in table else table
+            if column in ok:
+                found.append(pd.DataFrame({"run": label, "x": sweep_x(ok),
+                                           "value": pd.to_numeric(ok[column], errors="coerce")}).dropna())
+        found = [f[f["value"] > 0] if log else f for f in found if not f.empty]
         frame = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=["run", "x", "value"])
         y = alt.Y("value:Q", title=title, scale=alt.Scale(type="log") if log else alt.Scale(zero=True))
         base = alt.Chart(frame)
-        tooltip = [alt.Tooltip("run:N", title="engine"), alt.Tooltip("x:Q", title="batch"),
+        tooltip = [alt.Tooltip("run:N", title=legend), alt.Tooltip("x:Q", title="x"),
                    alt.Tooltip("value:Q", format=",.2f")]
-        panels.append(alt.layer(base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour),
-                                base.mark_point(size=50, filled=True).encode(x=x, y=y, color=colour.legend(None),
-                                                                             tooltip=tooltip))
-                      .properties(title=titled(frame, title), width=WIDTH // 2 - 30, height=HEIGHT))
-    return alt.hconcat(*panels).configure_title(anchor="start", fontSize=14)
+        layers = [base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour),
+                  base.mark_point(size=50, filled=True).encode(x=x, y=y, color=colour.legend(None), tooltip=tooltip)]
+        if level is not None and level[0] == column:
+            layers += level_rule(level[1], level[2], MISSES)
+        charts_.append(alt.layer(*layers).properties(title=titled(frame, title), width=WIDTH // len(panels) - 30,
+                                                     height=HEIGHT))
+    return alt.hconcat(*charts_).configure_title(anchor="start", fontSize=14)
 
 
 def resize(chart: alt.TopLevelMixin, width: int, height: int, font: int = 15) -> alt.TopLevelMixin:
@@ -173,11 +181,11 @@ def resize(chart: alt.TopLevelMixin, width: int, height: int, font: int = 15) ->
 
 # ---- building blocks ----
 
-def batch_x(*tables: pd.DataFrame, extra: tuple[float, ...] = ()) -> alt.X:
+def batch_x(*tables: pd.DataFrame, extra: tuple[float, ...] = (), title: str = "batch size (log2)") -> alt.X:
     """The log2 batch axis, ticked at every batch the tables hold; `extra` values are kept in view too."""
     batches = charts.axis_values(*tables)
     span = batches + list(extra) or [1, 2]
-    return alt.X("x:Q", title="batch size (log2)",
+    return alt.X("x:Q", title=title,
                  scale=alt.Scale(type="log", base=2, domain=[min(span) / 1.25, max(span) * 1.25]),
                  axis=alt.Axis(values=batches or [1], format="d", labelOverlap="greedy"))
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from batchscope import explain
-from batchscope.analysis import SLO, Analysis, Marker, analyse
+from batchscope.analysis import SLO, Analysis, Marker, analyse, memory_split
 from batchscope.demo import import_demo_runs
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
@@ -66,6 +66,60 @@ def test_throughput_still_rising_and_changing_the_run_changes_the_sentence() -> 
     assert second.startswith("It has not flattened yet: the last step (2 → 4) still added 627.3 % per doubling")
     other = points(output_tokens_per_s=[100.0, 250.0, 400.0])
     assert explain.throughput_sentences(other, analysis(other)) != (first, second)
+
+
+def test_throughput_title_says_what_the_curve_does() -> None:
+    title = explain.throughput_title
+    peaked = points(output_tokens_per_s=[100.0, 400.0, 300.0])
+    assert title(peaked, analysis(peaked)) == "Throughput peaks at batch 2, then falls"
+    rising = points(output_tokens_per_s=[100.0, 250.0, 400.0])
+    assert title(rising, analysis(rising)) == "Throughput still rising at the largest batch measured, 4"
+    capped = points(output_tokens_per_s=[100.0, 250.0, 400.0, float("nan")], status=["ok", "ok", "ok", "oom"])
+    assert title(capped, analysis(capped)) == "Throughput still rising at batch 4, the largest that fit in memory"
+    flat = points(output_tokens_per_s=[100.0, 300.0, 310.0])
+    assert title(flat, analysis(flat, plateau=2)) == "Throughput plateaus past batch 2"
+    assert title(points(output_tokens_per_s=[5.0]), None) == "Throughput at batch 1: one point, no curve yet"
+    falling = points(output_tokens_per_s=[300.0, 200.0])
+    assert title(falling, analysis(falling)).startswith("Throughput is highest at the smallest batch, 1")
+
+
+def test_a_fall_inside_the_repeats_spread_is_named_with_its_noise() -> None:
+    """Median 1 000 → 800 (20 %, over the 10 % a doubling must add) but the repeats overlap: the title and
+    sentence say it peaks and falls, and that the size of the fall is within the noise."""
+    table = points(output_tokens_per_s=[500.0, 1000.0, 800.0], output_tokens_per_s_min=[490.0, 900.0, 700.0],
+                   output_tokens_per_s_max=[510.0, 1100.0, 950.0], decode_step_ms=[5.0, 6.0, 12.0])
+    call = analysis(table)  # no plateau called (as the Run page leaves it when noise hides where it starts)
+    assert explain.throughput_title(table, call) == "Throughput peaks at batch 2, then falls (within the repeats' noise)"
+    assert explain.throughput_sentences(table, call)[1] == (
+        "Past its peak at batch 2 the median falls: batch 4 gives 800 tok/s, 20 % less (their repeats overlap, "
+        "900–1 100 tok/s against 700–950 tok/s, so how much is noise, but it bought nothing); a decode step went "
+        "from 6 ms at batch 2 to 12 ms at batch 4, 2.0× for 2.0× the rows.")
+
+
+def test_a_dip_that_recovers_is_named() -> None:
+    table = points(output_tokens_per_s=[100.0, 400.0, 300.0, 350.0, 500.0])
+    assert explain.throughput_title(table, analysis(table)).endswith(", after a dip")
+    assert explain.throughput_sentences(table, analysis(table))[1].endswith(
+        "; on the way it dips from 400 tok/s at batch 2 to 300 tok/s at batch 4 (25 % less) before batch 16 "
+        "recovers to 500 tok/s.")
+    assert explain.dip(points(output_tokens_per_s=[100.0, 400.0, 300.0])) is None  # a final fall is no dip
+
+
+def test_latency_says_how_few_requests_a_tied_percentile_rests_on_and_names_outliers() -> None:
+    table = points(ttft_ms_p95=[10.0, 50.0, 90.0], ttft_ms_p99=[12.0, 50.0, 90.0], repeats=[3, 3, 3],
+                   itl_ms_p95=[5.0, 6.0, 7.0], outlier_steps=[0, 2, 0]).assign(batch_size=[1, 16, 64])
+    first, second = explain.latency_sentences(table, 95, {"spec": {"mode": "static"}})
+    assert first.endswith("; P95 and P99 TTFT are the same at batch 16, 64: at batch 16 they rest on 48 requests "
+                          "(16 × 3 repeats), and P99 of 48 requests is simply the slowest one.")
+    assert second.endswith("; 2 at batch 16 measured decode step(s) took over 5× the median of like steps (a compile, "
+                           "autotune or allocation), which the tail of its ITL includes.")
+    only_large = table[table["batch_size"] == 64]
+    assert "rest on 192 requests (64 × 3 repeats), and even with 192 requests, the rows of one static batch share " \
+           "one prefill" in explain.latency_sentences(only_large, 95, {})[0]
+    online = explain.latency_sentences(table, 95, {"spec": {"mode": "continuous", "num_requests": 20}})[0]
+    assert "at batch 16 they rest on 60 requests (3 repeats), and P99 of 60 requests is simply the slowest" in online
+    assert "P99" not in explain.latency_sentences(table, 95, {"spec": {"mode": "continuous", "num_requests": 40}})[0]
+    assert "P99" not in explain.latency_sentences(table.assign(ttft_ms_p99=[11.0, 60.0, 95.0]), 95, {})[0]
 
 
 def test_throughput_without_a_curve_says_what_is_missing() -> None:
@@ -138,29 +192,43 @@ def test_cpu_runs_say_which_cpu_numbers_exist() -> None:
 # ---- step 4: memory ----
 
 def memory_points(status: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    table = points(mem_weights=[2 * GiB] * 3, mem_kv_used=[GiB, 2 * GiB, 4 * GiB],
-                   mem_kv_allocated=[GiB, 2 * GiB, 4 * GiB], active_tokens_mean=[1000.0, 2000.0, 4000.0],
+    """Weights 2 GiB; KV allocated 0.5/1/2 GiB of which used half; activations 0.5/1/2 GiB; allocator reserve
+    0/0/0.5 GiB on a 12 GiB device. Whole footprint: 3, 4 and 6.5 GiB at batch 1, 2, 4."""
+    table = points(mem_weights=[2 * GiB] * 3, mem_kv_used=[GiB / 4, GiB / 2, GiB],
+                   mem_kv_allocated=[GiB / 2, GiB, 2 * GiB], mem_activations=[GiB / 2, GiB, 2 * GiB],
+                   mem_allocator_reserve=[0, 0, GiB / 2], mem_other=[float("nan")] * 3,
                    mem_capacity=[12 * GiB] * 3, status=status)
-    split = pd.DataFrame({"batch_size": [1, 1, 2, 2, 4, 4], "x": [1.0, 1, 2, 2, 4, 4], "status": [status[0]] * 2 + [status[1]] * 2 + [status[2]] * 2,
-                          "part": ["weights", "kv_used"] * 3,
-                          "bytes": [2 * GiB, GiB, 2 * GiB, 2 * GiB, 2 * GiB, 4 * GiB]})
-    return table, split
+    return table, memory_split(table.assign(**{c: table[c].where(table["status"] == "ok") for c in table
+                                               if c.startswith("mem_")}))
 
 
-def test_memory_weights_fixed_kv_grows_and_capacity_reach() -> None:
+def test_memory_one_kv_measure_and_capacity_from_the_whole_footprint() -> None:
     table, split = memory_points(["ok", "ok", "ok"])
     first, second = explain.memory_sentences(table, split)
-    assert first == ("The weights take 2.0 GiB at every batch size, while the KV cache grows with the tokens in "
-                     "flight: 1.0 GiB for 1 000 tokens at batch 1, 4.0 GiB for 4 000 tokens at batch 4.")
-    # 6 GiB used of 12, 1 GiB of KV per request: 6 more requests fit, so the line is near batch 4 + 6 = 10.
-    assert second == ("No batch ran out of memory; the largest, 4, used 6.0 GiB of the 12.0 GiB on the device "
-                      "(50 %), and at 1.0 GiB of KV cache per request the capacity line would be reached near batch 10.")
+    assert first == ("The weights take 2.0 GiB at every batch size, while the KV cache allocated (what the cache "
+                     "reserves) grows with the batch: 512 MiB at batch 1, 2.0 GiB at batch 4, 512 MiB per request.")
+    # batch 2 → 4: 4 → 6.5 GiB over 2 rows = 1.25 GiB per request (KV 0.5, activations 0.5, reserve 0.25);
+    # 5.5 GiB free at batch 4 → 4 + 5.5 / 1.25 = 8.4 (KV alone, 0.5 GiB per request, would say 15).
+    assert second == ("No batch ran out of memory; the largest, 4, used 6.5 GiB of the 12.0 GiB on the device "
+                      "(54 %); from batch 2 to 4 the whole footprint grew 1.2 GiB per request (KV cache 512 MiB, "
+                      "activations 512 MiB, allocator reserve 256 MiB), so at that rate the device fills near batch 8.")
+    used_only = table.drop(columns=["mem_kv_allocated"])
+    assert "the KV cache used (what live tokens fill) grows with the batch: 256 MiB at batch 1, 1.0 GiB at batch 4, " \
+           "256 MiB per request." in explain.memory_sentences(used_only, split)[0]
 
 
 def test_memory_names_the_oom_point_and_missing_split() -> None:
     table, split = memory_points(["ok", "ok", "oom"])
+    # batch 1 → 2: 3 → 4 GiB, 1 GiB per request; 8 GiB free at batch 2 → full near 2 + 8 = 10, past the OOM at 4
     assert explain.memory_sentences(table, split)[1] == (
-        "Batch 4 ran out of memory; the largest batch that fit, 2, used 4.0 GiB of the 12.0 GiB on the device (33 %).")
+        "Batch 4 ran out of memory; the largest batch that fit, 2, used 4.0 GiB of the 12.0 GiB on the device "
+        "(33 %); from batch 1 to 2 the whole footprint grew 1.0 GiB per request (KV cache 512 MiB, activations "
+        "512 MiB, allocator reserve 0 B), which alone would fill it only near batch 10, so batch 4 needed more than "
+        "that growth predicts.")
+    tight = table.assign(mem_capacity=[5 * GiB] * 3)
+    assert explain.memory_sentences(tight, split)[1].endswith(
+        "from batch 1 to 2 the whole footprint grew 1.0 GiB per request (KV cache 512 MiB, activations 512 MiB, "
+        "allocator reserve 0 B), so at that rate it was full near batch 3.")
     empty = pd.DataFrame(columns=["batch_size", "x", "status", "part", "bytes"])
     first, second = explain.memory_sentences(points(output_tokens_per_s=[1.0]), empty)
     assert "recorded no memory split" in first and "no memory measurement" in second
@@ -253,7 +321,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 def test_every_demo_run_gives_six_steps_each_a_chart_and_two_sentences(demo_store: Store) -> None:
     slo = SLO("ttft", 95, 500.0)
     stories = {}
-    for run_id in demo_store.runs()["run_id"]:
+    for run_id in demo_store.runs()["run_id"]:  # continuous runs included: none may crash
         data = load_run(demo_store, run_id, slo)
         steps = explain.explain_steps(data.run, data.table, data.analysis, data.split, slo)
         assert [s.key for s in steps] == ["throughput", "latency", "utilisation", "memory", "roofline", "working_point"]
@@ -261,36 +329,70 @@ def test_every_demo_run_gives_six_steps_each_a_chart_and_two_sentences(demo_stor
             assert "$schema" in step.chart.to_dict()
             assert len(step.sentences) == 2 and all(s.endswith(".") for s in step.sentences), step.sentences
         stories[run_id] = [s.sentences for s in steps]
+        if data.analysis.axis.key != "batch_size":
+            continue
+        curve = explain.measured(data.table, "output_tokens_per_s")
+        peak = int(curve.loc[curve["output_tokens_per_s"].idxmax(), "batch_size"])
+        title = steps[0].title
+        if "peaks at batch" in title:  # a peak claimed is the measured peak, before the largest batch
+            assert f"peaks at batch {peak}," in title and peak < curve["batch_size"].max(), (run_id, title)
+        if "still rising" in title:
+            assert peak == curve["batch_size"].max(), (run_id, title)
+        assert "where the returns diminish" not in title
     for key in range(6):  # each step's text comes from the run: no two runs tell it the same way
         told = [story[key] for story in stories.values()]
         assert len(set(told)) == len(told), key
 
 
-def test_default_run_and_partner_prefer_demo_fast_and_same_lengths(demo_store: Store) -> None:
+def test_default_run_makes_the_case_and_the_partner_is_never_the_cut_short_run(demo_store: Store) -> None:
     runs = demo_store.runs()
-    chosen = explain_view.default_run(runs)
-    demo_fast = runs[(runs["engine"] == "fast") & runs["demo"]]
-    assert chosen in set(demo_fast["run_id"])
-    assert runs.set_index("run_id").loc[chosen, "points_ok"] == demo_fast["points_ok"].max()
-    run = demo_store.run(chosen)
-    partner = explain_view.partner_run(run, runs, lambda rid: demo_store.run(rid)["spec"])
-    partner_run = demo_store.run(partner)
-    assert partner_run["engine"] == "hf-generate" and partner_run["model_name"] == run["model_name"]
+    load = (lambda rid: load_run(demo_store, rid, None))
+    chosen = explain_view.default_run(runs, load)
+    # by hand: of the finished demo static sweeps whose throughput peaks before the largest batch or plateaus,
+    # the fast 8B runs have the most ok points (7: bf16, fp8, int8); bf16 is the full-precision one
+    assert chosen == "h200-fast-8b-bf16-chat"
+    data = load(chosen)
+    curve = explain.measured(data.table, "output_tokens_per_s")
+    assert curve["output_tokens_per_s"].idxmax() < len(curve) - 1  # peaks before its largest batch
+    spec_of = (lambda rid: demo_store.run(rid)["spec"])
+    assert explain_view.partner_run(data.run, data.table, runs, spec_of, lambda rid: load(rid).table) is None
+    small = load("h200-fast-1b-bf16-chat")  # hf-generate 1B: the cut-short 2-point chat run and a 9-point run
+    assert explain_view.partner_run(small.run, small.table, runs, spec_of,
+                                    lambda rid: load(rid).table) == "h200-hf-1b-bf16-p512-o128"
     plain = runs.assign(demo=False)
-    assert explain_view.default_run(plain) == plain.iloc[0]["run_id"]  # no demo runs: the newest
+    assert explain_view.default_run(plain, load) == plain.iloc[0]["run_id"]  # no demo runs: the newest
 
 
-def test_partner_prefers_same_lengths_then_demo_then_more_points() -> None:
+def test_partner_ranks_shared_batches_then_lengths_then_done_then_points() -> None:
     runs = pd.DataFrame({"run_id": ["a", "b", "c", "d", "e"], "engine": ["hf-generate"] * 4 + ["fast"],
                          "model": ["m", "m", "m", "other", "m"], "dtype": ["bf16"] * 5,
-                         "demo": [True, False, True, True, True], "points_ok": [9, 3, 2, 9, 9]})
-    specs = {"a": {"prompt_len": "fixed:8"}, "b": {"prompt_len": "fixed:16"}, "c": {"prompt_len": "fixed:16"}}
+                         "state": ["cancelled", "done", "done", "done", "done"], "points_ok": [3, 4, 5, 9, 9]})
+    steps = {"a": [1, 2, 4], "b": [1, 2, 8, 16], "c": [1, 2, 4, 8, 16], "d": [1, 2, 4]}
+    tables = {rid: points(decode_step_ms=[1.0] * len(b)).assign(batch_size=b) for rid, b in steps.items()}
+    specs = {"a": {"prompt_len": "fixed:16"}, "b": {"prompt_len": "fixed:8"}, "c": {"prompt_len": "fixed:8"}}
     run = {"engine": "fast", "model_name": "m", "dtype": "bf16", "spec": {"prompt_len": "fixed:16"}}
-    assert explain_view.partner_run(run, runs, specs.get) == "c"  # same lengths, and a demo run
-    assert explain_view.partner_run({**run, "spec": {"prompt_len": "fixed:99"}}, runs, specs.get) == "a"
-    assert explain_view.partner_run({**run, "engine": "vllm"}, runs, specs.get) is None
-    online = {**specs, "c": {"prompt_len": "fixed:16", "mode": "continuous"}}
-    assert explain_view.partner_run(run, runs, online.get) == "b"  # a continuous run has another x axis
+    own = points(decode_step_ms=[1.0] * 3)  # batches 1, 2, 4
+    pick = (lambda run_, spec_of: explain_view.partner_run(run_, own, runs, spec_of, tables.get))
+    assert pick(run, specs.get) == "a"  # a and c share 3 batches (b 2); a has the same lengths, though cancelled
+    assert pick({**run, "spec": {"prompt_len": "fixed:99"}}, specs.get) == "c"  # no same lengths: the done one
+    assert pick({**run, "engine": "vllm"}, specs.get) is None
+
+
+def test_a_two_point_partner_only_when_no_fuller_one_exists() -> None:
+    runs = pd.DataFrame({"run_id": ["short", "full"], "engine": ["hf-generate"] * 2, "model": ["m"] * 2,
+                         "dtype": ["bf16"] * 2, "state": ["cancelled", "done"], "points_ok": [2, 3]})
+    tables = {"short": points(decode_step_ms=[1.0, 1.0]), "full": points(decode_step_ms=[1.0] * 3).assign(batch_size=[1, 8, 16])}
+    run = {"engine": "fast", "model_name": "m", "dtype": "bf16", "spec": {}}
+    own = points(decode_step_ms=[1.0] * 2)  # batches 1, 2: shares two with "short", one with "full"
+    assert explain_view.partner_run(run, own, runs, lambda rid: {}, tables.get) == "full"
+    assert explain_view.partner_run(run, own, runs[runs["run_id"] == "short"], lambda rid: {}, tables.get) == "short"
+
+
+def test_contrast_names_a_cancelled_run_as_cut_short() -> None:
+    fast = points(output_tokens_per_s=[800.0, 1500.0], decode_step_ms=[1.0, 1.1], gpu_util_pct=[70.0, 95.0])
+    hf = points(output_tokens_per_s=[60.0, 110.0], decode_step_ms=[12.0, 13.0], gpu_util_pct=[10.0, 15.0])
+    step = explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate", "run_id": "hf", "state": "cancelled"}, hf)
+    assert step.sentences[0].endswith("; hf was cut short, cancelled after 2 batch sizes.")
 
 
 def test_slo_range_spans_the_runs_latency() -> None:

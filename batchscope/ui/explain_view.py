@@ -1,4 +1,5 @@
-"""The Explain page's choices: which run opens by default, which run it is contrasted with, the SLO range."""
+"""The Explain page's choices: which run opens by default, the story told about it (its own steps, then the
+chapters other stored runs allow), which run it is contrasted with, the SLO range."""
 from __future__ import annotations
 
 import math
@@ -7,55 +8,105 @@ from typing import Any
 
 import pandas as pd
 
+from batchscope import story
 from batchscope.analysis import SLO
-from batchscope.explain import Step, contrast, explain_steps, measured
+from batchscope.chapters import continuous_chapter, parallel_chapter, quant_chapter
+from batchscope.explain import Step, contrast, explain_steps, measured, throughput_shape
 from batchscope.ui.run_view import RunData
 
 OTHER_ENGINE = {"fast": "hf-generate", "hf-generate": "fast"}
-LENGTH_KEYS = ("prompt_len", "output_len")
+MAKES_THE_CASE = ("plateau", "falls", "noisy_fall", "level")  # throughput shapes that stop paying before the end
+FEW_POINTS = 2  # a partner with this many ok points or fewer is used only when no fuller one exists
 
 
 def walk(data: RunData, runs: pd.DataFrame, load: Callable[[str], RunData | None],
          spec_of: Callable[[str], dict | None], slo: SLO | None) -> list[Step]:
     """The whole story for one run, in the order it is told: the run's own steps, then the steps other
-    stored runs make possible (the other engine on the same model). `load` reads a run analysed without SLO."""
+    stored runs make possible (the other engine on the same model; continuous batching, quantised weights
+    and two GPUs on the same model and workload). `load` reads a run analysed without SLO."""
     steps = explain_steps(data.run, data.table, data.analysis, data.split, slo)
-    partner_id = partner_run(data.run, runs, spec_of)
+    told = {rid: found for rid in related(data.run, runs, spec_of)
+            if (found := load(rid)) is not None and found.analysis is not None}
+
+    def table_of(rid: str) -> pd.DataFrame | None:
+        found = told.get(rid) or load(rid)
+        return found.table if found is not None and found.analysis is not None else None
+
+    partner_id = partner_run(data.run, data.table, runs, spec_of, table_of)
     partner = load(partner_id) if partner_id else None
     if partner is not None and partner.analysis is not None:
         extra = contrast(data.run, data.table, partner.run, partner.table)
         if extra is not None:
             steps.append(extra)
-    return steps
+    if data.analysis is None or data.analysis.axis.key != "batch_size":
+        return steps
+    own = (data.run, data.analysis)
+
+    def one(rid: str | None) -> tuple[dict[str, Any], Any] | None:
+        return (told[rid].run, told[rid].analysis) if rid in told else None
+
+    tp, replicas = story.parallel_partners(data.run, runs, spec_of)
+    chapters = (
+        continuous_chapter(own, [t for rid in story.continuous_partners(data.run, runs, spec_of) if (t := one(rid))], slo),
+        quant_chapter(own, [t for rid in story.quantised_partners(data.run, runs, spec_of) if (t := one(rid))]),
+        parallel_chapter(own, one(tp), one(replicas)),
+    )
+    return steps + [chapter for chapter in chapters if chapter is not None]
 
 
-def default_run(runs: pd.DataFrame) -> str | None:
-    """A demo `fast` run with the most ok points (it tells the fullest story), else the newest run."""
+def related(run: dict[str, Any], runs: pd.DataFrame, spec_of: Callable[[str], dict | None]) -> list[str]:
+    """Every run a chapter could use: one read per run, however many chapters use it."""
+    tp, replicas = story.parallel_partners(run, runs, spec_of)
+    return (story.continuous_partners(run, runs, spec_of) + story.quantised_partners(run, runs, spec_of)
+            + [rid for rid in (tp, replicas) if rid])
+
+
+def default_run(runs: pd.DataFrame, load: Callable[[str], RunData | None]) -> str | None:
+    """The run the Explain page opens with, chosen so the default walk makes the case that bigger batches
+    stop paying: a finished demo static sweep whose throughput peaks before its largest batch or plateaus, on the
+    fast engine (hf-generate's per-step overhead hides the GPU's own knee), with the most ok points, then the larger model, then full-precision weights on one GPU. Else the demo
+    static sweep with the most ok points, else the newest run."""
     if runs.empty:
         return None
-    demo = runs[(runs["demo"].fillna(False).astype(bool)) & (runs["engine"] == "fast") & (runs["points_ok"] > 0)]
-    if not demo.empty:
-        return str(demo.sort_values("points_ok", ascending=False, kind="stable").iloc[0]["run_id"])
+    demo = runs[runs["demo"].fillna(False).astype(bool) & (runs["points_ok"] > 0) & (runs["state"] == "done")]
+    ranked = []
+    for run_id in demo["run_id"]:
+        data = load(str(run_id))
+        if data is None or data.analysis is None or data.analysis.axis.key != "batch_size":
+            continue
+        model = data.run.get("model") or {}
+        ranked.append((throughput_shape(data.table, data.analysis) in MAKES_THE_CASE, data.run.get("engine") == "fast",
+                       len(measured(data.table, "output_tokens_per_s")), int(model.get("params") or 0),
+                       not story.is_quantised(data.run.get("dtype")), story.gpus(data.run.get("spec")) == (1, 1),
+                       str(run_id)))
+    if ranked:
+        return max(ranked)[-1]
     return str(runs.iloc[0]["run_id"])
 
 
-def partner_run(run: dict[str, Any], runs: pd.DataFrame, spec_of: Callable[[str], dict | None]) -> str | None:
-    """The other engine's static run of the same model and dtype, preferring the same lengths, then demo
-    runs, then more ok points; None when there is none (or the engine has no counterpart)."""
+def partner_run(run: dict[str, Any], table: pd.DataFrame, runs: pd.DataFrame, spec_of: Callable[[str], dict | None],
+                table_of: Callable[[str], pd.DataFrame | None]) -> str | None:
+    """The other engine's static run of the same model and dtype to contrast with: never a one- or two-point
+    run when a fuller one exists; then most batch sizes shared with a measured decode step, the same request
+    lengths, a finished (not cancelled) run, more ok points. None when there is none."""
     other = OTHER_ENGINE.get(str(run.get("engine")))
     if other is None or runs.empty:
         return None
     same = runs[(runs["engine"] == other) & (runs["model"] == run.get("model_name")) & (runs["dtype"] == run.get("dtype"))
                 & (runs["points_ok"] > 0)]
-    lengths = {k: (run.get("spec") or {}).get(k) for k in LENGTH_KEYS}
-
-    def rank(row: pd.Series) -> tuple[bool, bool, int]:
-        spec = spec_of(str(row["run_id"])) or {}
-        return ({k: spec.get(k) for k in LENGTH_KEYS} == lengths, bool(row["demo"]), int(row["points_ok"]))
-
     static = [row for row in same.to_dict("records")
               if (spec_of(str(row["run_id"])) or {}).get("mode", "static") == "static"]  # same axis: batch size
-    ranked = sorted(static, key=lambda row: rank(pd.Series(row)), reverse=True)
+    if any(int(row["points_ok"]) > FEW_POINTS for row in static):
+        static = [row for row in static if int(row["points_ok"]) > FEW_POINTS]
+    own = set(measured(table, "decode_step_ms")["batch_size"].astype(int))
+
+    def rank(row: dict[str, Any]) -> tuple[int, bool, bool, int]:
+        theirs = table_of(str(row["run_id"]))
+        shared = own & set(measured(theirs, "decode_step_ms")["batch_size"].astype(int)) if theirs is not None else set()
+        return (len(shared), story.lengths(spec_of(str(row["run_id"]))) == story.lengths(run.get("spec")),
+                row.get("state") == "done", int(row["points_ok"]))
+
+    ranked = sorted(static, key=rank, reverse=True)
     return str(ranked[0]["run_id"]) if ranked else None
 
 
