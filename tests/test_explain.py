@@ -294,10 +294,25 @@ def test_partner_prefers_same_lengths_then_demo_then_more_points() -> None:
 
 
 def test_slo_range_spans_the_runs_latency() -> None:
-    low, high, start = explain_view.slo_range(points(ttft_ms_p95=[100.0, 400.0, 1600.0]), "ttft_ms_p95")
-    assert (low, high, start) == (80.0, 2000.0, 400.0)
+    # 100..1600 ms with a 20 % margin is 80..1920: round values from 50 to 2000; the middle (400, on a
+    # log scale) is nearer 500 (x1.25) than 250 (x1.6)
+    choices, start = explain_view.slo_range(points(ttft_ms_p95=[100.0, 400.0, 1600.0]), "ttft_ms_p95")
+    assert (choices, start) == ([50.0, 100.0, 200.0, 250.0, 500.0, 1000.0, 2000.0], 500.0)
+    # 300..2000 ms: 240..2400 gives 200..2500 on 1-2-2.5-5; the middle 775 is nearer 1000 than 500
+    choices, start = explain_view.slo_range(points(ttft_ms_p95=[300.0, 900.0, 2000.0]), "ttft_ms_p95")
+    assert (choices, start) == ([200.0, 250.0, 500.0, 1000.0, 2000.0, 2500.0], 1000.0)
+    # 10..14 ms is too narrow for 1-2-2.5-5 (5, 10, 20): the finer ladder gives 8..20, starting at 12
+    choices, start = explain_view.slo_range(points(itl_ms_p95=[10.0, 12.0, 14.0]), "itl_ms_p95")
+    assert (choices, start) == ([8.0, 10.0, 12.0, 15.0, 20.0], 12.0)
     assert explain_view.slo_range(points(itl_ms_p95=[1.0]), "ttft_ms_p95") is None
-    assert slo_control.slider_step(80.0, 2000.0) == 1.0
+
+
+def test_nice_values_round_to_one_two_two_and_a_half_five() -> None:
+    assert (explain_view.nice_floor(449.0), explain_view.nice_ceil(449.0)) == (250.0, 500.0)
+    assert (explain_view.nice_floor(2289.0), explain_view.nice_ceil(2289.0)) == (2000.0, 2500.0)
+    assert (explain_view.nice_floor(0.3), explain_view.nice_ceil(0.3)) == (0.25, 0.5)
+    assert (explain_view.nice_floor(500.0), explain_view.nice_ceil(500.0)) == (500.0, 500.0)
+    assert explain_view.nice_values(179.0, 2289.0) == [100.0, 200.0, 250.0, 500.0, 1000.0, 2000.0, 2500.0]
 
 
 # ---- the page ----
