@@ -40,8 +40,10 @@ present = bool(session.get(PRESENT, False))
 
 if present:
     st.markdown(explain_present.PRESENT_CSS, unsafe_allow_html=True)
-    settings, back, where, forward, switch = st.columns([1.1, 1, 1.6, 1, 1.3], vertical_alignment="center")
-    controls = settings.popover("Run and SLO", icon=":material/tune:")
+    # top-aligned: opening the expander pushes the step down, not the buttons; an expander, not a popover,
+    # whose never-opened widgets lose their values when the keys component reruns the page
+    settings, back, where, forward, switch = st.columns([3, 1, 1.2, 1, 1.6], vertical_alignment="top")
+    controls = settings.expander("Run and SLO", icon=":material/tune:")
 else:
     st.title("Explain")
     controls = st.container()
@@ -104,7 +106,8 @@ def move(delta: int) -> None:
 if present:
     back.button("Previous", icon=":material/arrow_back:", key="explain_previous", on_click=move, args=(-1,),
                 disabled=index == 0, width="stretch")
-    where.markdown(f"<div style='text-align:center'>step {index + 1} of {len(steps)}</div>", unsafe_allow_html=True)
+    where.markdown(f"<div style='text-align:center; padding-top:0.5rem'>step {index + 1} of {len(steps)}</div>",
+                   unsafe_allow_html=True)
     forward.button("Next", icon=":material/arrow_forward:", key="explain_next", on_click=move, args=(1,),
                    disabled=index == len(steps) - 1, width="stretch")
     with where:

@@ -74,6 +74,17 @@ def test_present_mode_fits_the_screen_walks_with_keys_and_keeps_its_place(presen
     k, total = where(tab)
     assert (k, total) >= (1, 6)
     assert "present=1" in tab.url and "step=1" in tab.url and "run=" in tab.url
+    opened = tab.url
+    tab.get_by_text("Run and SLO").click()  # keys typed into a field stay there
+    field = tab.get_by_role("combobox", name=re.compile("Run to explain"))
+    field.click()
+    for key in ("h", "Space", "ArrowRight", "ArrowLeft"):  # a search typed into the run picker
+        field.press(key)
+    tab.keyboard.press("Escape")
+    settle(tab)
+    assert where(tab) == (1, total) and tab.url == opened, tab.url
+    tab.get_by_text("Run and SLO").click()  # closed again, and the focus off the field
+    settle(tab)
     for k in range(1, total + 1):
         wait_for_step(tab, k)
         assert tab.locator(CHART).count() == 1

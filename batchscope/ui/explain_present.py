@@ -23,13 +23,14 @@ SIDE_ROOM, TOP_ROOM = 140, 215
 # Side-by-side panels are sized by their plots, with their titles, axes and shared legend on top.
 CONCAT_ROOM = (90, 190)
 MIN_CHART = (360, 240)
+FONT_PER_HEIGHT = 60  # axis font px per px of window height: 15 at 900, 18 at 1080
 
 # Hide Streamlit's header and most of the page's padding while presenting: every pixel goes to the step.
 # The max-height is a guard: a chart taller than the room left is drawn smaller, never cut or scrolled.
 PRESENT_CSS = f"""<style>
 header[data-testid="stHeader"] {{display: none;}}
 .block-container, [data-testid="stMainBlockContainer"] {{padding-top: 0.75rem; padding-bottom: 0.5rem;}}
-.st-key-explain_sentences p {{font-size: 1.55rem; line-height: 1.35;}}
+.st-key-explain_sentences p {{font-size: max(1.55rem, 1.45vw); line-height: 1.35;}}
 .st-key-explain_chart svg {{max-height: calc(100vh - {TOP_ROOM - 40}px); width: auto; height: auto;}}
 </style>"""
 
@@ -100,8 +101,9 @@ def chart_size(viewport: tuple[int, int] | None) -> tuple[int, int]:
 
 
 def present_chart(chart: alt.TopLevelMixin, viewport: tuple[int, int] | None) -> alt.TopLevelMixin:
-    """The step's chart drawn at present mode's size for this window."""
+    """The step's chart drawn at present mode's size for this window, its axis text grown with the screen."""
     width, height = chart_size(viewport)
+    font = max(15, (viewport or DEFAULT_VIEWPORT)[1] // FONT_PER_HEIGHT)
     if isinstance(chart, alt.HConcatChart):
         width, height = max(width - CONCAT_ROOM[0], MIN_CHART[0]), max(height - CONCAT_ROOM[1], MIN_CHART[1] // 2)
-    return resize(chart, width, height)
+    return resize(chart, width, height, font)
