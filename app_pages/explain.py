@@ -27,6 +27,7 @@ session = st.session_state
 
 
 def place_now() -> Place:
+    """Where the page stands now, from its session state."""
     return Place(session.get(RUN), session.get(STEP, 0), bool(session.get(PRESENT, False)))
 
 
@@ -34,6 +35,7 @@ url = {name: st.query_params[name] for name in explain_present.PARAMS if name in
 if url != session.get(PUBLISHED):  # a link opened (or reloaded), not the URL this page wrote
     place, notes = explain_present.from_url(url, place_now(), run_ids, explain_view.default_run(runs))
     session.update({RUN: place.run, STEP: place.step, PRESENT: place.present, NOTES: notes})
+    session.pop(NOTED_AT, None)  # the notes are about the place this run settles on
 if session.get(RUN) not in run_ids:
     session[RUN], session[STEP] = explain_view.default_run(runs), 0
 present = bool(session.get(PRESENT, False))
@@ -60,12 +62,12 @@ run_id = session[RUN]
 def publish(place: Place) -> None:
     """Write the place to the URL and remember it; notes about the link last read last until the place moves."""
     session[PUBLISHED] = explain_present.write_url(st.query_params, place)
-    if place != session.get(NOTED_AT, place):
-        session[NOTES] = []
-    session[NOTED_AT] = place
+    if session.setdefault(NOTED_AT, place) != place:
+        session[NOTES], session[NOTED_AT] = [], place
 
 
 def show_notes() -> None:
+    """What could not be used of the link that opened the page, and what opened instead."""
     for note in session.get(NOTES, []):
         st.warning(note, icon=":material/link_off:")
 

@@ -93,6 +93,10 @@ def test_a_link_opens_its_run_at_its_step_in_present_mode(demo) -> None:
     at.selectbox(key="explain_run").set_value("h200-fast-1b-bf16-long").run()
     assert counter(at).startswith("step 1 of ") and at.query_params["run"] == "h200-fast-1b-bf16-long"
     assert at.query_params["step"] == "1"
+    at.query_params["run"] = "gone"  # a link opened later in the same session (the browser's back button)
+    at.run()
+    assert ["No run `gone`" in note for note in texts(at, "warning")] == [True]
+    assert at.query_params["run"] == "h200-fast-1b-bf16-chat"
 
 
 def test_an_unknown_run_in_a_link_opens_the_default_with_a_note(demo) -> None:
