@@ -396,10 +396,25 @@ def test_contrast_names_a_cancelled_run_as_cut_short() -> None:
 
 
 def test_slo_range_spans_the_runs_latency() -> None:
-    low, high, start = explain_view.slo_range(points(ttft_ms_p95=[100.0, 400.0, 1600.0]), "ttft_ms_p95")
-    assert (low, high, start) == (80.0, 2000.0, 400.0)
+    # 100..1600 ms with a 20 % margin is 80..1920: round values from 50 to 2000; the middle (400, on a
+    # log scale) is nearer 500 (x1.25) than 250 (x1.6)
+    choices, start = explain_view.slo_range(points(ttft_ms_p95=[100.0, 400.0, 1600.0]), "ttft_ms_p95")
+    assert (choices, start) == ([50.0, 100.0, 200.0, 250.0, 500.0, 1000.0, 2000.0], 500.0)
+    # 300..2000 ms: 240..2400 gives 200..2500 on 1-2-2.5-5; the middle 775 is nearer 1000 than 500
+    choices, start = explain_view.slo_range(points(ttft_ms_p95=[300.0, 900.0, 2000.0]), "ttft_ms_p95")
+    assert (choices, start) == ([200.0, 250.0, 500.0, 1000.0, 2000.0, 2500.0], 1000.0)
+    # 10..14 ms is too narrow for 1-2-2.5-5 (5, 10, 20): the finer ladder gives 8..20, starting at 12
+    choices, start = explain_view.slo_range(points(itl_ms_p95=[10.0, 12.0, 14.0]), "itl_ms_p95")
+    assert (choices, start) == ([8.0, 10.0, 12.0, 15.0, 20.0], 12.0)
     assert explain_view.slo_range(points(itl_ms_p95=[1.0]), "ttft_ms_p95") is None
-    assert slo_control.slider_step(80.0, 2000.0) == 1.0
+
+
+def test_nice_values_round_to_one_two_two_and_a_half_five() -> None:
+    assert (explain_view.nice_floor(449.0), explain_view.nice_ceil(449.0)) == (250.0, 500.0)
+    assert (explain_view.nice_floor(2289.0), explain_view.nice_ceil(2289.0)) == (2000.0, 2500.0)
+    assert (explain_view.nice_floor(0.3), explain_view.nice_ceil(0.3)) == (0.25, 0.5)
+    assert (explain_view.nice_floor(500.0), explain_view.nice_ceil(500.0)) == (500.0, 500.0)
+    assert explain_view.nice_values(179.0, 2289.0) == [100.0, 200.0, 250.0, 500.0, 1000.0, 2000.0, 2500.0]
 
 
 # ---- the page ----
@@ -410,37 +425,49 @@ def open_explain(at):
 
 
 def step_sentences(at) -> list[str]:
-    return [m for m in texts(at, "markdown") if not m.startswith("<div")]
+    """The sentences drawn: every markdown but the present-mode style and counter."""
+    return [m for m in texts(at, "markdown") if not m.startswith(("<div", "<style"))]
+
+
+def counter(at) -> str:
+    """Present mode's one-line counter, `step k of n`."""
+    return next(m for m in texts(at, "markdown") if "step " in m and m.startswith("<div")).split(">")[1].split("<")[0]
 
 
 def test_explain_page_with_the_demo_runs(home, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     monkeypatch.setenv("BATCHSCOPE_DEMO", str(DEMO))
     at = open_explain(app())
     no_traceback(at)
-    assert not at.error, texts(at, "error")
+    assert not at.error and not at.warning, texts(at, "error") + texts(at, "warning")
     titles = texts(at, "subheader")
-    assert len(titles) == 7 and titles[-1].startswith("7. fast vs hf-generate"), titles
-    assert len(at.get("vega_lite_chart")) == 7
+    total = len(titles)
+    assert total >= 7 and titles[-1].startswith(f"{total}. fast vs hf-generate"), titles
+    assert len(at.get("vega_lite_chart")) == total
     sentences = step_sentences(at)
-    assert len(sentences) == 14 and all(sentences), sentences
+    assert len(sentences) == 2 * total and all(sentences), sentences
     slo_sentence = sentences[10]
-    slider = at.slider[0]
-    slider.set_value(slider.min).run()
+    slider = at.select_slider[0]
+    assert slider.value == 100.0 and "500 ms" in slider.options and "1000 ms" in slider.options
+    slider.set_value(500.0).run()
     no_traceback(at)
-    assert step_sentences(at)[10] != slo_sentence
+    assert step_sentences(at)[10] != slo_sentence and "SLO of 500 ms" in step_sentences(at)[10]
+    assert at.query_params["run"] == explain_view.default_run(manager(home).store.runs())
+    assert "step" not in at.query_params and "present" not in at.query_params
 
     at.toggle(key="explain_present").set_value(True).run()
     no_traceback(at)
-    assert "step 1 of 7" in texts(at, "markdown")[0]
+    assert counter(at) == f"step 1 of {total}" and at.query_params["present"] == "1"
     assert len(at.get("vega_lite_chart")) == 1
     at.button(key="explain_next").click().run()
     at.button(key="explain_next").click().run()
-    assert "step 3 of 7" in texts(at, "markdown")[0]
-    assert texts(at, "markdown")[1].startswith("## 3. Utilisation")
+    assert counter(at) == f"step 3 of {total}" and at.query_params["step"] == "3"
+    assert step_sentences(at)[0].startswith("## 3. Utilisation")
     at.button(key="explain_previous").click().run()
     no_traceback(at)
-    assert "step 2 of 7" in texts(at, "markdown")[0]
-    assert len([m for m in texts(at, "markdown") if m.startswith("### ")]) == 2
+    assert counter(at) == f"step 2 of {total}" and at.query_params["step"] == "2"
+    assert len(step_sentences(at)) == 3  # the title and the two sentences
+    at.toggle(key="explain_present").set_value(False).run()
+    assert "present" not in at.query_params and len(texts(at, "subheader")) == total
 
 
 def test_explain_page_with_a_tiny_cpu_run(home, tiny_run: Path) -> None:  # noqa: F811
@@ -454,10 +481,15 @@ def test_explain_page_with_a_tiny_cpu_run(home, tiny_run: Path) -> None:  # noqa
     assert len(sentences) == 12
     assert any(s.startswith("This run recorded no GPU utilisation (device: cpu)") for s in sentences)
     assert "no engine contrast" in " ".join(texts(at, "caption"))
+    assert at.query_params["run"] == at.selectbox(key="explain_run").value  # a reload opens this run again
 
 
 def test_explain_page_with_no_runs(home) -> None:  # noqa: F811
     at = open_explain(app())
+    no_traceback(at)
+    assert "No runs yet" in " ".join(texts(at, "info"))
+    at.query_params.update({"run": "nothing-here", "step": "2", "present": "1"})
+    at.run()
     no_traceback(at)
     assert "No runs yet" in " ".join(texts(at, "info"))
 

@@ -24,7 +24,7 @@ def control_with_span() -> None:
 
     from batchscope.ui.slo_control import slo_control
 
-    ranges = {("ttft", 95): (10.0, 1000.0, 100.0)}
+    ranges = {("ttft", 95): ([10.0, 20.0, 25.0, 50.0, 100.0, 200.0, 250.0, 500.0, 1000.0], 100.0)}
     st.write(f"slo={slo_control('span_slo', switch=None, span=lambda m, p: ranges.get((m, p)))!r}")
 
 
@@ -75,10 +75,16 @@ def test_a_limit_of_zero_is_refused_beside_the_field() -> None:
     assert "slo" not in at.query_params
 
 
-def test_a_span_gives_a_slider_over_the_runs_range_or_says_there_is_none() -> None:
+def test_a_span_gives_a_slider_over_round_limits_or_says_there_is_none() -> None:
     at = AppTest.from_function(control_with_span).run()
-    [slider] = at.slider
-    assert (slider.min, slider.max, slider.value) == (10.0, 1000.0, 100.0)
-    assert shown(at)[0] == f"slo={SLO('ttft', 95, 100.0)!r}"
+    [slider] = at.select_slider
+    assert slider.options == ["10 ms", "20 ms", "25 ms", "50 ms", "100 ms", "200 ms", "250 ms", "500 ms", "1000 ms"]
+    assert slider.value == 100.0 and shown(at)[0] == f"slo={SLO('ttft', 95, 100.0)!r}"
+    slider.set_value(500.0).run()
+    assert shown(at)[0] == f"slo={SLO('ttft', 95, 500.0)!r}"
     at.selectbox(key="span_slo_metric").set_value("itl").run()
-    assert not at.slider and "recorded no ITL P95" in at.info[0].value and shown(at)[0] == "slo=None"
+    assert not at.select_slider and "recorded no ITL P95" in at.info[0].value and shown(at)[0] == "slo=None"
+
+
+def test_limits_are_labelled_without_trailing_zeros() -> None:
+    assert [slo_control.ms_label(ms) for ms in (0.25, 2.5, 500.0, 2500.0)] == ["0.25 ms", "2.5 ms", "500 ms", "2500 ms"]

@@ -110,24 +110,55 @@ def partner_run(run: dict[str, Any], table: pd.DataFrame, runs: pd.DataFrame, sp
     return str(ranked[0]["run_id"]) if ranked else None
 
 
-def slo_range(table: pd.DataFrame, column: str) -> tuple[float, float, float] | None:
-    """(low, high, start) for the SLO slider: the run's own latency range with a margin, starting mid-way
-    (on a log scale) so the first sentence already splits the batches; None when the column is empty."""
+def slo_range(table: pd.DataFrame, column: str) -> tuple[list[float], float] | None:
+    """(choices, start) for the SLO control: round limits (500 ms, not 449) from below the run's fastest
+    latency to above its slowest, so a presenter can pick the number a room thinks in; the start is the
+    choice nearest the middle (on a log scale), so the first sentence already splits the batches.
+    None when the column is empty."""
     values = measured(table, column)[column] if column in table else pd.Series(dtype=float)
     values = values[values > 0]
     if values.empty:
         return None
     lo, hi = float(values.min()), float(values.max())
-    low, high = nice_floor(lo * 0.8), nice_ceil(hi * 1.2)
-    start = min(max(nice_floor(math.sqrt(lo * hi)), low), high)
-    return low, high, start
+    choices = nice_values(lo * 0.8, hi * 1.2)
+    middle = math.sqrt(lo * hi)
+    return choices, min(choices, key=lambda c: abs(math.log(c / middle)))
 
 
-def nice_floor(x: float) -> float:
-    step = 10 ** math.floor(math.log10(x)) / 10 if x > 0 else 1.0
-    return round(math.floor(x / step) * step, 12)
+# Round mantissas, coarse to fine: the coarsest ladder that still gives a few choices is used.
+LADDERS = ((1.0, 2.0, 2.5, 5.0), (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0),
+           tuple(round(1 + i / 10, 1) for i in range(90)))
+MIN_CHOICES = 5
 
 
-def nice_ceil(x: float) -> float:
-    step = 10 ** math.floor(math.log10(x)) / 10 if x > 0 else 1.0
-    return round(math.ceil(x / step) * step, 12)
+def nice_values(low: float, high: float) -> list[float]:
+    """Round numbers from the largest at or below `low` to the smallest at or above `high` (1-2-2.5-5
+    per decade, finer ladders when the range is too narrow to give MIN_CHOICES of them)."""
+    for ladder in LADDERS:
+        values = ladder_values(nice_floor(low, ladder), nice_ceil(high, ladder), ladder)
+        if len(values) >= MIN_CHOICES:
+            break
+    return values
+
+
+def ladder_values(low: float, high: float, ladder: tuple[float, ...]) -> list[float]:
+    """Every ladder value from `low` to `high`, both included."""
+    values, decade = [], 10.0 ** math.floor(math.log10(low))
+    while decade <= high:
+        values += [round(m * decade, 12) for m in ladder if low <= round(m * decade, 12) <= high]
+        decade *= 10
+    return values
+
+
+def nice_floor(x: float, ladder: tuple[float, ...] = LADDERS[0]) -> float:
+    """The largest ladder value at or below x (x > 0)."""
+    decade = 10.0 ** math.floor(math.log10(x))
+    below = [round(m * decade, 12) for m in ladder if round(m * decade, 12) <= x * (1 + 1e-12)]
+    return below[-1] if below else round(ladder[-1] * decade / 10, 12)
+
+
+def nice_ceil(x: float, ladder: tuple[float, ...] = LADDERS[0]) -> float:
+    """The smallest ladder value at or above x (x > 0)."""
+    decade = 10.0 ** math.floor(math.log10(x))
+    above = [round(m * decade, 12) for m in ladder if round(m * decade, 12) >= x * (1 - 1e-12)]
+    return above[0] if above else round(10 * decade, 12)

@@ -7,7 +7,6 @@ sweep, sets the widgets; a change in the widgets rewrites the link.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, MutableMapping
 from typing import NamedTuple
 
@@ -20,8 +19,8 @@ SLO_PERCENTILES = (50, 95, 99)
 DEFAULT_SLO = SLO("ttft", 95, 500.0)
 URL_PARAM = "slo"
 
-# (low, high, start) of a limit slider for a metric and percentile, or None when the run has no such latency
-Span = Callable[[str, int], "tuple[float, float, float] | None"]
+# (round limits to offer, the one to start at) for a metric and percentile, or None when the run has no such latency
+Span = Callable[[str, int], "tuple[list[float], float] | None"]
 
 
 class Keys(NamedTuple):
@@ -96,7 +95,7 @@ def slo_control(prefix: str, *, switch: str | None = "Latency SLO", default: SLO
     """Draw the control in one row and return the SLO in force, or None.
 
     `switch` labels the on/off toggle (None: always on). Without `span` the limit is typed in ms; with
-    it, a slider over the run's own latency range for the chosen metric and percentile. An invalid
+    it, a slider over round limits across the run's own latency range for the chosen metric and percentile. An invalid
     limit is said next to the field and gives None (`refused` then tells the page).
     """
     keys = Keys.of(prefix)
@@ -127,11 +126,11 @@ def _limit(column: st.delta_generator.DeltaGenerator, keys: Keys, on: bool, metr
         if found is None:
             column.info(f"This run recorded no {metric.upper()} P{percentile}, so no SLO can be set on it.")
             return None, False
-        low, high, start = found
-        # the range is part of the key: another metric or run starts its own slider at its own start
-        limit = column.slider("SLO limit (ms) — drag it", min_value=low, max_value=high, value=start,
-                              step=slider_step(low, high), format="%.0f ms" if high >= 100 else "%.2f ms",
-                              key=f"{keys.ms}_{metric}_{percentile}_{low:g}_{high:g}", disabled=not on)
+        choices, start = found
+        # the choices are part of the key: another metric or run starts its own slider at its own start
+        limit = column.select_slider("SLO limit (ms) — drag it", options=choices, value=start, format_func=ms_label,
+                                     key=f"{keys.ms}_{metric}_{percentile}_{choices[0]:g}_{choices[-1]:g}",
+                                     disabled=not on)
     if not on:
         return None, False
     if not limit > 0:  # metric and percentile come from fixed choices: only the limit can be wrong
@@ -140,10 +139,9 @@ def _limit(column: st.delta_generator.DeltaGenerator, keys: Keys, on: bool, metr
     return SLO(metric, percentile, float(limit)), False
 
 
-def slider_step(low: float, high: float) -> float:
-    """A step that gives a few hundred positions across the range."""
-    span = high - low
-    return float(10 ** math.floor(math.log10(span / 200))) if span > 0 else 1.0
+def ms_label(ms: float) -> str:
+    """A limit as a room reads it: `500 ms`, `2.5 ms` (no trailing zeros)."""
+    return f"{ms:.10g} ms"
 
 
 def refused(prefix: str) -> bool:
