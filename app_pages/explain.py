@@ -30,6 +30,7 @@ def default_id() -> str | None:
     """The run whose walk makes the case (it analyses candidates, so only asked when a place needs it)."""
     return explain_view.default_run(runs, lambda rid: resources.load_run(rid, None))
 
+
 def place_now() -> Place:
     """Where the page stands now, from its session state."""
     return Place(session.get(RUN), session.get(STEP, 0), bool(session.get(PRESENT, False)))

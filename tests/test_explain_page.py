@@ -96,7 +96,7 @@ def test_a_link_opens_its_run_at_its_step_in_present_mode(demo) -> None:
     at.query_params["run"] = "gone"  # a link opened later in the same session (the browser's back button)
     at.run()
     assert ["No run `gone`" in note for note in texts(at, "warning")] == [True]
-    assert at.query_params["run"] == "h200-fast-1b-bf16-chat"
+    assert at.query_params["run"] == "h200-fast-8b-bf16-chat"
 
 
 def test_an_unknown_run_in_a_link_opens_the_default_with_a_note(demo) -> None:
@@ -105,8 +105,8 @@ def test_an_unknown_run_in_a_link_opens_the_default_with_a_note(demo) -> None:
     assert not at.error
     [note] = texts(at, "warning")
     assert "No run `no-such-run`" in note
-    assert at.selectbox(key="explain_run").value == "h200-fast-1b-bf16-chat"  # the default story
-    assert counter(at).startswith("step 2 of ") and at.query_params["run"] == "h200-fast-1b-bf16-chat"
+    assert at.selectbox(key="explain_run").value == "h200-fast-8b-bf16-chat"  # the default story
+    assert counter(at).startswith("step 2 of ") and at.query_params["run"] == "h200-fast-8b-bf16-chat"
     at.run()
     assert texts(at, "warning") == [note]  # still said after a rerun that does not move
     at.button(key="explain_next").click().run()
