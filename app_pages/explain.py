@@ -120,6 +120,7 @@ if present:
                               vertical_alignment="center", gap="medium")
     chart.container(key="explain_chart").altair_chart(explain_present.present_chart(step.chart, viewport),
                                                      width="content")
+    st.markdown(explain_present.sentence_css(step.sentences), unsafe_allow_html=True)
     with words.container(key="explain_sentences"):
         for sentence in step.sentences:
             st.markdown(sentence)

@@ -124,7 +124,7 @@ def continuous_second(static: Told, continuous: list[Told], slo: SLO) -> str:
         if queue is not None:
             point = missed.iloc[0]
             good, served = value(point, "goodput_rps"), value(point, "requests_per_s")
-            rate = (f", goodput {num(good)} of {num(served)} req/s within {point['goodput_slo']}"
+            rate = (f", goodput {num(good)} of {num(served)} req/s under the run's own {point['goodput_slo']}"
                     if good is not None and served else "")
             words += (f", and {at(told, point)} misses the SLO ({ms(point[slo.column])}) because requests wait for "
                       f"a free slot (P95 queue wait {ms(queue)}{rate})")

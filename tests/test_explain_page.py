@@ -136,3 +136,9 @@ def test_the_slo_offers_round_limits_across_the_runs_latency(demo) -> None:
     at.selectbox(key="explain_slo_metric").set_value("itl").run()
     itl = [float(option.removesuffix(" ms")) for option in at.select_slider[0].options]
     assert itl != values and len(itl) >= 5
+
+
+def test_long_sentences_get_smaller_type_down_to_a_floor() -> None:
+    assert "max(1.55rem, 1.45vw)" in explain_present.sentence_css(["a" * 300, "b" * 220])  # 520: full size
+    assert "max(1.10rem, 1.03vw)" in explain_present.sentence_css(["a" * 1040])  # twice as long: 1/√2 ≈ 0.707
+    assert "max(1.08rem, 1.01vw)" in explain_present.sentence_css(["a" * 5000])  # never under 70 %

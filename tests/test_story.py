@@ -77,8 +77,8 @@ def test_continuous_chapter_compares_the_best_under_the_slo_and_says_why_a_point
         "static throughput under the same SLO.")
     assert step.sentences[1].endswith(
         "online sweeps max_num_seqs from 8 to 16: its knee is at max_num_seqs 8 (plateau), and max_num_seqs 8 misses "
-        "the SLO (800 ms) because requests wait for a free slot (P95 queue wait 700 ms, goodput 1 of 2 req/s within "
-        "ttft<=500ms).")
+        "the SLO (800 ms) because requests wait for a free slot (P95 queue wait 700 ms, goodput 1 of 2 req/s under the "
+        "run's own ttft<=500ms).")
     assert chapters.continuous_chapter(static, [], slo) is None
     tight = SLO("ttft", 95, 10.0)
     nowhere = chapters.continuous_chapter(static, [online], tight)

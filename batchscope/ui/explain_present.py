@@ -7,6 +7,7 @@ worked out from the browser's viewport (a default projector size until the brows
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
@@ -30,9 +31,20 @@ FONT_PER_HEIGHT = 60  # axis font px per px of window height: 15 at 900, 18 at 1
 PRESENT_CSS = f"""<style>
 header[data-testid="stHeader"] {{display: none;}}
 .block-container, [data-testid="stMainBlockContainer"] {{padding-top: 0.75rem; padding-bottom: 0.5rem;}}
-.st-key-explain_sentences p {{font-size: max(1.55rem, 1.45vw); line-height: 1.35;}}
 .st-key-explain_chart svg {{max-height: calc(100vh - {TOP_ROOM - 40}px); width: auto; height: auto;}}
 </style>"""
+
+
+FULL_SIZE_TEXT = 520  # characters the two sentences may have at full size beside the chart
+SMALLEST_TEXT = 0.7  # of full size: what a long pair is shrunk to at most, still readable across a room
+
+
+def sentence_css(sentences: Sequence[str]) -> str:
+    """Type size for one step's sentences: full size up to FULL_SIZE_TEXT characters, then smaller with the
+    square root of the length (the area text takes), so a long pair still fits beside the chart."""
+    scale = min(1.0, max(SMALLEST_TEXT, math.sqrt(FULL_SIZE_TEXT / max(1, sum(map(len, sentences))))))
+    return (f"<style>.st-key-explain_sentences p {{font-size: max({1.55 * scale:.2f}rem, {1.45 * scale:.2f}vw); "
+            f"line-height: 1.35;}}</style>")
 
 
 @dataclass(frozen=True)
