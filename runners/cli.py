@@ -88,16 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = validate(_raw_spec(args))
         check_out_dir(args.out)
+        # The handler comes before torch: a KeyboardInterrupt raised inside a library's import can be swallowed
+        # by its own `except`, and the sweep would then run on as if Ctrl-C had never been pressed.
+        cancel.install_handlers()
         from runners.sweep import run_sweep  # torch loads only once the spec is known to be good
 
-        cancel.install_handlers()
+        if cancel.requested():  # Ctrl-C while torch loaded: nothing is written yet, nothing to keep
+            print(f"cancelled: {args.out} (before the sweep started; nothing written)", file=sys.stderr)
+            return EXIT["cancelled"]
         status = run_sweep(spec, args.out)
     except (SpecError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C before the handler was installed: nothing is written by then
-        print(f"cancelled: {args.out} (before the sweep started; nothing written)", file=sys.stderr)
-        return EXIT["cancelled"]
     reason = f": {status['error']}" if status["error"] else ""  # a failure says why here, not only in the folder
     print(f"{status['state']}: {args.out}{reason}", file=sys.stderr)
     return EXIT[status["state"]]
