@@ -73,7 +73,7 @@ def test_first_start_shows_demo_runs_on_every_page(demo_home):
         at.run()
         assert not at.exception, [e.value for e in at.exception]
     at.switch_page("app_pages/run.py")
-    at.query_params["run"] = "h200-fast-8b-bf16-p256-o64"
+    at.query_params["run"] = "h200-fast-8b-bf16-chat"
     at.run()
     assert not at.exception
     headings = [e.value for kind in (at.title, at.header, at.subheader, at.markdown) for e in kind]
@@ -84,14 +84,15 @@ def test_first_start_shows_demo_runs_on_every_page(demo_home):
 def test_plain_run_page_and_home_open_the_latest_full_demo_run_not_the_one_point_one(demo_home):
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
     link = next(e for e in at.get("page_link") if e.proto.label == "Latest run with results")
-    assert link.proto.query_string == "run=h200-fast-8b-fp16-long" and not link.proto.disabled
+    assert link.proto.query_string == "run=h200-cont-8b-bf16-chat-rate" and not link.proto.disabled
     at.switch_page("app_pages/run.py")
     at.run()
     assert not at.exception
-    assert at.selectbox(key="run_select").value == "h200-fast-8b-fp16-long"  # newest done run with a curve (the set's last sweep)
-    assert at.query_params["run"] == "h200-fast-8b-fp16-long"
+    # the newest done run with a curve: the continuous rate sweep, the set's last re-made run
+    assert at.selectbox(key="run_select").value == "h200-cont-8b-bf16-chat-rate"
+    assert at.query_params["run"] == "h200-cont-8b-bf16-chat-rate"
     sentences = " ".join(m.value for m in at.markdown)
-    assert "ran out of memory" in sentences and "larger batches" not in sentences  # it stopped at an OOM
+    assert "arrival rate" in sentences and "ran out of memory" not in sentences  # a serving run: its axis, no OOM
 
 
 def test_every_shipped_run_opens_on_the_run_page_with_its_charts(demo_home):

@@ -356,9 +356,9 @@ def test_default_run_makes_the_case_and_the_partner_is_never_the_cut_short_run(d
     assert curve["output_tokens_per_s"].idxmax() < len(curve) - 1  # peaks before its largest batch
     spec_of = (lambda rid: demo_store.run(rid)["spec"])
     assert explain_view.partner_run(data.run, data.table, runs, spec_of, lambda rid: load(rid).table) is None
-    small = load("h200-fast-1b-bf16-chat")  # hf-generate 1B: the cut-short 2-point chat run and a 9-point run
+    small = load("h200-fast-1b-bf16-chat")  # its hf-generate contrast: the same model, dtype and chat lengths
     assert explain_view.partner_run(small.run, small.table, runs, spec_of,
-                                    lambda rid: load(rid).table) == "h200-hf-1b-bf16-p512-o128"
+                                    lambda rid: load(rid).table) == "h200-hf-1b-bf16-chat"
     plain = runs.assign(demo=False)
     assert explain_view.default_run(plain, load) == plain.iloc[0]["run_id"]  # no demo runs: the newest
 
