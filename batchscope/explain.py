@@ -606,12 +606,27 @@ def contrast(run_a: dict[str, Any], table_a: pd.DataFrame, run_b: dict[str, Any]
     short = "".join(f"; {run.get('run_id')} was cut short, cancelled after {done}"
                     for run, table in ((run_a, table_a), (run_b, table_b))
                     if (done := cancelled_after(run, table)) is not None)
+    unsteady = unsteady_words(steps_a if slow[0] == label_a else steps_b, b)
     first = (f"At batch {b}, the smallest both ran, a {slow[0]} decode step takes {ms(slow[1]['decode_step_ms'])} "
              f"against {quick[0]}'s {ms(quick[1]['decode_step_ms'])}: {times(ratio)} as long for the same {model} "
-             f"weights{short}.")
+             f"weights{short}{unsteady}.")
     chart = explain_charts.contrast_chart({label_a: table_a, label_b: table_b})
     return Step("contrast", f"{label_a} vs {label_b} on the same model: engine overhead and the knee", chart,
                 (first, overhead_sentence(slow, quick, b, {label_a: table_a, label_b: table_b})))
+
+
+def unsteady_words(steps: pd.DataFrame, b: int) -> str:
+    """A clause when a larger batch's decode step is under half batch b's: more rows cannot make the GPU's
+    work shorter, so something beside the batch size sets this engine's step, and the ratio is not its own."""
+    base = float(steps.loc[steps["batch_size"] == b, "decode_step_ms"].iloc[0])
+    larger = steps[steps["batch_size"] > b]
+    if larger.empty:
+        return ""
+    low = larger.loc[larger["decode_step_ms"].idxmin()]
+    if float(low["decode_step_ms"]) >= base / 2:
+        return ""
+    return (f"; but its step is not set by the batch size: {ms(low['decode_step_ms'])} at batch "
+            f"{int(low['batch_size'])}, under half of batch {b}'s, so the ratio changes within the run")
 
 
 def overhead_sentence(slow: tuple[str, pd.Series], quick: tuple[str, pd.Series], b: int,

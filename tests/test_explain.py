@@ -301,6 +301,19 @@ def test_contrast_step_ratio_and_overhead() -> None:
     assert "keeps climbing until batch 4 (200 tok/s)" in step.sentences[1]
 
 
+def test_contrast_says_when_the_slow_engines_step_is_not_set_by_the_batch() -> None:
+    # by hand: hf's batch-1 step is 40 ms, its batch-4 step 12 ms (under 20, half of 40): flagged; 25 is not
+    fast = points(decode_step_ms=[1.0, 1.1, 1.2], gpu_util_pct=[70.0, 80.0, 90.0])
+    step = explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate"},
+                            points(decode_step_ms=[40.0, 45.0, 12.0], gpu_util_pct=[9.0, 10.0, 30.0]))
+    assert step.sentences[0].endswith("40× as long for the same model weights; but its step is not set by the batch "
+                                      "size: 12 ms at batch 4, under half of batch 1's, so the ratio changes within "
+                                      "the run.")
+    steady = explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate"},
+                              points(decode_step_ms=[40.0, 45.0, 25.0], gpu_util_pct=[9.0, 10.0, 30.0]))
+    assert "not set by the batch" not in steady.sentences[0]
+
+
 def test_contrast_without_shared_batches_or_utilisation() -> None:
     fast = points(decode_step_ms=[1.0])
     far = points(decode_step_ms=[5.0, 6.0]).assign(batch_size=[8, 16])
