@@ -260,7 +260,7 @@ def overlay_demo_runs(tab) -> float:
     settle(tab)
     picker.click()
     tab.keyboard.type("1B hf-generate")
-    seconds = timed(tab, lambda: tab.get_by_role("option", name="1B hf-generate · prompt lognormal").first.click(),
+    seconds = timed(tab, lambda: tab.get_by_role("option", name="1B hf-generate · chat · bf16").first.click(),
                     lambda: tab.locator(f"{CHART} svg text", has_text="1B hf-generate").first.wait_for(
                         timeout=60_000))  # the second run in the legend: the overlay is redrawn
     tab.keyboard.press("Escape")
@@ -289,7 +289,7 @@ def test_demo_pages_open_at_a_link_quickly_and_fill_1440_and_1920_windows(server
         settle(tab)
         run_s = timed(tab, lambda: tab.get_by_role("link", name="Run", exact=True).first.click(),
                       lambda: tab.locator(f"{CHART} g.lines_throughput_marks path").first.wait_for(timeout=60_000))
-        assert "h200-fast-8b-fp16-long" in tab.url  # the newest demo run with a curve (the set's last sweep)
+        assert "h200-cont-8b-bf16-chat-rate" in tab.url  # the newest demo run with a curve (the last re-made)
         tooltip = hover_point(tab, "hover_memory", 3)
         assert re.search(r"part\s+\S", tooltip) and re.search(r"value\s+[\d ,.]+ (GiB|MiB)", tooltip), tooltip
         history_s = timed(tab, lambda: tab.get_by_role("link", name="History", exact=True).first.click(),
