@@ -85,15 +85,15 @@ def main(argv: list[str] | None = None) -> int:
         from runners.serve import main as serve  # torch and aiohttp load only to serve
 
         return serve(args)
+    # The handler comes first, before torch: a KeyboardInterrupt raised inside a library's import can be
+    # swallowed by its own `except`, and the sweep would then run on as if Ctrl-C had never been pressed.
+    cancel.install_handlers()
     try:
         spec = validate(_raw_spec(args))
         check_out_dir(args.out)
-        # The handler comes before torch: a KeyboardInterrupt raised inside a library's import can be swallowed
-        # by its own `except`, and the sweep would then run on as if Ctrl-C had never been pressed.
-        cancel.install_handlers()
         from runners.sweep import run_sweep  # torch loads only once the spec is known to be good
 
-        if cancel.requested():  # Ctrl-C while torch loaded: nothing is written yet, nothing to keep
+        if cancel.requested():  # Ctrl-C before the sweep began: nothing is written yet, nothing to keep
             print(f"cancelled: {args.out} (before the sweep started; nothing written)", file=sys.stderr)
             return EXIT["cancelled"]
         status = run_sweep(spec, args.out)
