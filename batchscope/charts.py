@@ -21,6 +21,7 @@ import pandas as pd
 
 from batchscope.analysis.axis import AXES, axes_of, sweep_x
 from batchscope.analysis.marker import num
+from batchscope.analysis.verdicts import THROUGHPUT
 
 PANEL_WIDTH = 540  # two panels side by side fill a 1440 px window (wide layout, top navigation)
 PANEL_HEIGHT = 200
@@ -88,9 +89,9 @@ def throughput_frame(table: pd.DataFrame, run: str = "") -> pd.DataFrame:
         hi = ok.get("output_tokens_per_s_max", ok["output_tokens_per_s"]).fillna(ok["output_tokens_per_s"])
         rows.append(pd.DataFrame({
             "x": ok["x"], "series": "measured", "value": ok["output_tokens_per_s"], "lo": lo, "hi": hi,
-            "note": [f"repeats {num(a)}–{num(b)} tok/s{_trust_note(point)}"
+            "note": [f"{_band(point)} {num(a)}–{num(b)} tok/s{_trust_note(point, THROUGHPUT)}"
                      for a, b, (_, point) in zip(lo, hi, ok.iterrows())],
-            **_point_kind(ok)}))
+            **_point_kind(ok, THROUGHPUT)}))
     if "predicted_tokens_per_s" in ok:
         reached = ok.get("roofline_pct", pd.Series(float("nan"), index=ok.index))
         rows.append(pd.DataFrame({"x": ok["x"], "series": "roofline prediction",
@@ -117,35 +118,45 @@ def latency_frame(table: pd.DataFrame, percentile: int = 95, run: str = "",
         if column in ok:
             rows.append(pd.DataFrame({"x": ok["x"],
                                       "series": f"{LATENCY_METRICS[metric]} P{percentile}",
-                                      "value": ok[column], **_point_kind(ok)}))
+                                      "value": ok[column], **_point_kind(ok, f"{metric}_p{percentile}"),
+                                      "note": [_trust_note(point, f"{metric}_p{percentile}").removeprefix("; ")
+                                               for _, point in ok.iterrows()]}))
     queue = f"queue_ms_p{percentile}"
     if "ttft" in metrics and queue in ok and ok[queue].notna().any():
-        rows.append(pd.DataFrame({"x": ok["x"], "series": f"{QUEUE_SERIES} P{percentile}", "value": ok[queue]}))
+        rows.append(pd.DataFrame({"x": ok["x"], "series": f"{QUEUE_SERIES} P{percentile}", "value": ok[queue],
+                                  "note": [_trust_note(point, f"queue_p{percentile}").removeprefix("; ")
+                                           for _, point in ok.iterrows()]}))
     if "itl" in metrics and "predicted_step_ms" in ok:
         rows.append(pd.DataFrame({"x": ok["x"], "series": "roofline decode step",
-                                  "value": ok["predicted_step_ms"]}))
+                                  "value": ok["predicted_step_ms"], "note": "a decode step at the roofline"}))
     frame = _finish(rows, run, UNITS["latency"])
     return frame[frame["value"] > 0]
 
 
-def _point_kind(ok: pd.DataFrame) -> dict[str, pd.Series]:
-    """How a measured point is drawn: hollow when untrusted (analysis.trust), a diamond when refinement
-    added it; empty for tables without those columns."""
+def _point_kind(ok: pd.DataFrame, metric: str) -> dict[str, pd.Series]:
+    """How a measured point is drawn: hollow when the verdict on this metric (analysis.verdicts) is
+    untrusted, a diamond when refinement added it; empty for tables without those columns."""
     kind = {}
-    if "trust" in ok:
-        kind["trust"] = ok["trust"]
+    if f"trust_{metric}" in ok:
+        kind["trust"] = ok[f"trust_{metric}"]
     if "added_for" in ok:
         kind["added"] = ok["added_for"].notna()
     return kind
 
 
-def _trust_note(point: pd.Series) -> str:
-    """The tooltip's word on a point's trust and refinement: "; ⚠️ caution: Its 2 repeats span …"."""
+def _band(point: pd.Series) -> str:
+    """What the shaded band is: the 95 % interval of a point measured until known, else its repeats' range."""
+    return "95 % interval" if pd.notna(point.get("tokens_per_s_interval", float("nan"))) else "repeats"
+
+
+def _trust_note(point: pd.Series, metric: str) -> str:
+    """The tooltip's word on this metric's verdict and on refinement: "; caution: Throughput 512 tok/s ± 7 % …"."""
     added = point.get("added_for")
     text = f"; added by refinement ({added} bracket)" if isinstance(added, str) else ""
-    trust = point.get("trust")
-    if isinstance(trust, str) and trust != "trusted":
-        text += f"; {trust}: {point.get('trust_sentence')}"
+    verdicts = point.get("trust_metrics")
+    verdict = verdicts.get(metric) if isinstance(verdicts, dict) else None
+    if verdict is not None:
+        text += f"; {verdict['level']}: {' '.join(verdict['reasons'])}"
     return text
 
 
@@ -556,7 +567,7 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
         layers.append({"name": f"lines_{name}", "mark": {"type": "line", "strokeWidth": 2, "clip": True},
                        "encoding": {"x": x, "y": y, "color": colour, "strokeDash": dash, "detail": _n("run"),
                                     "opacity": opacity}})
-        # an untrusted measurement is drawn hollow, a point refinement added as a diamond
+        # a point whose verdict on this panel's metric is untrusted is drawn hollow, an added one a diamond
         shape = {"condition": {"test": "datum.added === true", "value": "diamond"}, "value": "circle"}
         for test, filled in (("datum.trust !== 'untrusted'", True), ("datum.trust === 'untrusted'", False)):
             layers.append({"mark": {"type": "point", "size": 30 if filled else 60, "filled": filled,

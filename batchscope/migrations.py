@@ -118,9 +118,17 @@ _V7_TRUST = [  # trust checks' telemetry and refinement's mark (runners/schemas.
     "ALTER TABLE samples ADD COLUMN gpu_processes INTEGER",
 ]
 
+_V8_MEASURED = [  # measuring until known (runners/schemas.py MEASURE_SUMMARY, docs/trust.md)
+    f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
+        ("draws", "INTEGER"), ("replays", "INTEGER"), ("requests", "BIGINT"), ("tokens_per_s_interval", "DOUBLE"),
+        ("interval_method", "VARCHAR"), ("target_interval", "DOUBLE"), ("budget_spent", "VARCHAR"),
+        ("replay_spread", "DOUBLE"), ("prediction_error_max", "DOUBLE"))
+] + [f"ALTER TABLE repeats ADD COLUMN {name} {kind}" for name, kind in (
+    ("draw", "INTEGER"), ("replay", "INTEGER"), ("predicted_tokens_per_s", "DOUBLE"))]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
 MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
-                               _V6_OUTLIER_STEPS, _V7_TRUST]
+                               _V6_OUTLIER_STEPS, _V7_TRUST, _V8_MEASURED]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

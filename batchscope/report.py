@@ -22,6 +22,7 @@ from batchscope.analysis.cost import at_working_point, device_type, parse_price,
 from batchscope.analysis.marker import num, pct
 from batchscope.analysis.model_facts import quant_note
 from batchscope.analysis.regression import Comparison, compare
+from batchscope.analysis.verdicts import for_json
 from batchscope.store import Store
 from runners.spec.refine import PLATEAU_GAIN
 
@@ -131,7 +132,7 @@ def run_header(run: dict) -> dict:
 def to_json(report: Report) -> str:
     run, analysis = report.run, report.analysis
     found = analysis.to_dict()
-    found["points"] = json.loads(with_cost(analysis.table, report.price).to_json(orient="records"))
+    found["points"] = for_json(json.loads(with_cost(analysis.table, report.price).to_json(orient="records")))
     return json.dumps({"run": run_header(run), "calibration": run.get("calibration"), **found,
                        "gpu_hour_price": report.price,
                        "working_point_cost": at_working_point(analysis.table, analysis.working_point, report.price),

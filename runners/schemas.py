@@ -27,6 +27,11 @@ PARALLEL_SUMMARY = [("tensor_parallel", I), ("replicas", I), ("comm_ms_per_step"
 TRUST_SUMMARY = [("sm_clock_mhz_min", F), ("sm_clock_mhz_max", F), ("clock_reasons", S), ("gpu_processes_max", I),
                  ("added_for", S)]
 
+# how a point was measured until known (docs/trust.md): draws, replays, the interval and how it was found
+MEASURE_SUMMARY = [("draws", I), ("replays", I), ("requests", I64), ("tokens_per_s_interval", F),
+                   ("interval_method", S), ("target_interval", F), ("budget_spent", S), ("replay_spread", F),
+                   ("prediction_error_max", F)]
+
 SUMMARY = pa.schema(
     [("point_index", I), ("batch_size", I), ("status", S), ("error", S), ("repeats", I), ("warmup", I),
      ("prompt_len_mean", F), ("output_len_mean", F), ("prefill_ms", F), ("decode_step_ms", F),
@@ -44,12 +49,14 @@ SUMMARY = pa.schema(
     + CONTINUOUS_SUMMARY
     + PARALLEL_SUMMARY
     + TRUST_SUMMARY
+    + MEASURE_SUMMARY
 )
 
 DETAIL = {
     "repeats": pa.schema([("point_index", I), ("repeat", I), ("batch_size", I), ("wall_ms", F),
                           ("prefill_ms", F), ("decode_ms", F), ("output_tokens", I64), ("input_tokens", I64),
-                          ("output_tokens_per_s", F), ("input_tokens_per_s", F), ("requests_per_s", F)]),
+                          ("output_tokens_per_s", F), ("input_tokens_per_s", F), ("requests_per_s", F),
+                          ("draw", I), ("replay", I), ("predicted_tokens_per_s", F)]),
     "requests": pa.schema([("point_index", I), ("repeat", I), ("request_index", I), ("batch_size", I),
                            ("prompt_len", I), ("output_len", I), ("queue_ms", F), ("ttft_ms", F),
                            ("e2e_ms", F), ("itl_ms_mean", F), ("itl_ms_p95", F), ("replica", I),

@@ -32,7 +32,7 @@ class Sweep:
         self.t0 = time.perf_counter()
         self.sampler = Sampler(device, spec.telemetry_hz, self.t0, gpus=world_size(spec)).start()
         self.progress = Progress(total, self.t0)
-        self.stage = Stages(self.folder, self.sampler, self.progress, spec.repeats)
+        self.stage = Stages(self.folder, self.sampler, self.progress, spec.most_runs())
 
     def run(self) -> str:
         """Returns the final state; every finished point is on disk whatever happens after it."""

@@ -41,9 +41,9 @@ def test_the_largest_seed_validation_accepts_is_one_the_runner_can_seed_with() -
     ({**CONTINUOUS, "num_requests": 1_000_000_000}, "num_requests", f"at most {MAX_REQUESTS:,}"),
     ({**TINY, "max_batch_size": 100_000_000, "batch_sizes": [100_000_000]}, "max_batch_size", "at most 65,536"),
     ({**TINY, "max_batch_size": 65_536, "batch_sizes": "pow2:1:65536", "repeats": 3}, "batch_sizes",
-     "would draw 524,284 requests"),
+     "would draw 786,426 requests"),  # 131,071 a draw × (1 warm-up + up to 5 measured draws)
     ({**CONTINUOUS, "num_requests": MAX_REQUESTS, "repeats": 1, "warmup": 1}, "num_requests",
-     f"would draw {2 * MAX_REQUESTS:,} requests"),
+     f"would draw {6 * MAX_REQUESTS:,} requests"),
 ])
 def test_sizes_past_what_a_sweep_may_draw_are_one_line_before_anything_is_drawn(raw: dict, field: str,
                                                                                 words: str) -> None:
@@ -52,6 +52,7 @@ def test_sizes_past_what_a_sweep_may_draw_are_one_line_before_anything_is_drawn(
 
 
 def test_a_sweep_at_the_limit_is_valid() -> None:
-    assert validate({**CONTINUOUS, "num_requests": MAX_REQUESTS // 4}).num_requests == MAX_REQUESTS // 4
-    static = validate({**TINY, "max_batch_size": 65_536, "batch_sizes": [65_536], "repeats": 1, "warmup": 0})
+    assert validate({**CONTINUOUS, "num_requests": MAX_REQUESTS // 6}).num_requests == MAX_REQUESTS // 6
+    static = validate({**TINY, "max_batch_size": 65_536, "batch_sizes": [65_536], "repeats": 1, "warmup": 0,
+                       "replays": 0, "max_draws": 1})
     assert static.batch_sizes == [65_536]

@@ -21,7 +21,7 @@ from batchscope.analysis.memory import memory_split, predict_memory, predict_mem
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.roofline import ROOFLINE_COLUMNS, context_per_row, predicted_curve, ridge_batch, roofline_table
 from batchscope.analysis.slo import SLO, slo_limit
-from batchscope.analysis.trust import assess
+from batchscope.analysis.verdicts import THROUGHPUT, assess, for_json
 from batchscope.analysis.working_point import working_point
 
 __all__ = ["SLO", "Analysis", "Marker", "SweepAxis", "analyse", "memory_split", "model_facts", "predict_memory",
@@ -55,7 +55,7 @@ class Analysis:
             "markers": {k: None if m is None else m.to_dict() for k, m in self.markers().items()},
             "ridge_batch": self.ridge_batch,
             "notes": list(self.notes),
-            "points": json.loads(self.table.to_json(orient="records")),
+            "points": for_json(json.loads(self.table.to_json(orient="records"))),
         }
 
 
@@ -65,10 +65,12 @@ def analyse(points: pd.DataFrame, model: dict | None, calibration: dict | None, 
 
     The rules run along the run's own axis (batch size, or a continuous sweep's max_num_seqs,
     concurrency or arrival rate); the table gains that axis as column `x`, and each point's trust
-    verdict (`trust`, `trust_sentence`, see analysis.trust) from its summary and `evidence`
-    (Store.point_evidence), judged at the SLO's latency percentile (P95 TTFT without one).
+    verdict per metric (`trust_metrics`, `trust_<metric>`, see analysis.verdicts) from its summary and
+    `evidence` (Store.point_evidence), and `trust`/`trust_sentence` over the metrics the working point
+    reads: throughput, and the SLO's latency percentile when there is an SLO.
     """
-    points = points.assign(**assess(points, evidence, slo.percentile if slo else 95, slo.metric if slo else "ttft"))
+    reads = [THROUGHPUT] + ([f"{slo.metric}_p{slo.percentile}"] if slo else [])
+    points = points.assign(**assess(points, evidence, reads))
     axis = axis_of(points)
     notes = excluded_notes(points, axis)
     curve = ok_curve(points)

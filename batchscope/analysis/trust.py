@@ -1,10 +1,9 @@
-"""Whether a point's measurement can be trusted: each check's rule, threshold and sentence (docs/trust.md).
+"""Whether a point's numbers can be trusted: each check's rule, threshold and sentence (docs/trust.md).
 
 A check reads only what the runner recorded: the summary row, each repeat's throughput, and the point's
 request and step counts (`Store.point_evidence`). A check whose data the run did not record (an old run,
-a CPU run with no GPU clocks) does not apply and is left out. A point's verdict is its worst check:
-`trusted`, `caution` (read it with care) or `untrusted` (drawn hollow, and the working point avoids it
-unless nothing else qualifies, which its sentence then says).
+a CPU run with no GPU clocks) does not apply and is left out. Which checks concern which metric, and each
+metric's verdict, is `analysis.verdicts`.
 """
 from __future__ import annotations
 
@@ -16,8 +15,11 @@ import pandas as pd
 
 from batchscope.analysis.marker import num, pct
 
+from runners.metrics.interval import t95
+
 LEVELS = ("trusted", "caution", "untrusted")
-BADGES = {"trusted": "✅ trusted", "caution": "⚠️ caution", "untrusted": "⛔ untrusted"}
+BADGES = {"trusted": "trusted", "caution": "caution", "untrusted": "untrusted"}  # words: every font has them
+INTERVAL_UNTRUSTED = 0.25  # a throughput known no better than ± this is not a number to act on
 NOISY_SPREAD = 0.25  # repeats further apart than this share of their median do not repeat
 SPREAD_CAUTION = 0.05
 CI_CAUTION = 0.10
@@ -28,12 +30,13 @@ TOKENS_UNTRUSTED = 0.01
 HOST_GPU_UTIL, HOST_CPU_PCT = 50.0, 90.0
 CLOCK_DROP = 0.10
 THROTTLES = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
-# Student's t for a two-sided 95 % interval, by degrees of freedom (1..30); 1.96 beyond
-T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-       2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 # Each check's rule with its thresholds, as the page's help and docs/trust.md state them.
 RULES = {
+    "measurement noise": f"(max − min) ÷ median throughput of the same requests replayed: over {pct(NOISY_SPREAD)} "
+                         f"untrusted, over {pct(SPREAD_CAUTION)} caution.",
+    "throughput interval": f"the 95 % interval the runner measured the throughput to: within the sweep's target "
+                           f"(default ± 5 %) trusted, within ± {pct(INTERVAL_UNTRUSTED)} caution, wider untrusted.",
     "repeat spread": f"(max − min) ÷ median of the repeats' output tokens/s: over {pct(NOISY_SPREAD)} untrusted, "
                      f"over {pct(SPREAD_CAUTION)} caution; one repeat is caution (no spread to read).",
     "confidence interval": f"95 % interval of the mean throughput over the repeats (Student's t): a half-width over "
@@ -48,8 +51,9 @@ RULES = {
                         f"caution, over {pct(TOKENS_UNTRUSTED)} untrusted.",
     "host bound": f"GPU busy (NVML utilisation in decode) under {num(HOST_GPU_UTIL)} % while the runner's process "
                   f"keeps a core over {num(HOST_CPU_PCT)} % busy: caution.",
-    "SM clock": f"the SM clock's lowest sample in the repeats more than {pct(CLOCK_DROP)} under its highest is "
-                f"caution; NVML naming a thermal, hardware-slowdown or power-brake reason is untrusted.",
+    "SM clock": f"NVML naming a thermal, hardware-slowdown or power-brake reason in the repeats is untrusted; the "
+                f"clock's lowest sample more than {pct(CLOCK_DROP)} under its highest is caution only when the "
+                f"step times moved too (replays over {pct(SPREAD_CAUTION)} apart); a power cap alone is named.",
     "other processes": "more processes holding a GPU than the one rank of this sweep on it: caution (NVML's list, "
                        "taken at each stage; a container that hides other processes shows none).",
 }
@@ -64,12 +68,7 @@ class Finding:
     sentence: str
 
 
-def t95(n: int) -> float:
-    """Student's t quantile for a two-sided 95 % interval of a mean over n ≥ 2 values."""
-    return T95[n - 2] if n - 1 <= len(T95) else 1.96
-
-
-def _known(value: object) -> bool:
+def known(value: object) -> bool:
     """False for None, NaN and pandas' NA (a column an old run, or a point without details, lacks)."""
     return value is not None and not (isinstance(value, float) and math.isnan(value)) and value is not pd.NA
 
@@ -151,7 +150,9 @@ def host_finding(gpu_util: float, cpu_pct: float | None) -> Finding:
                                             + ".")
 
 
-def clock_finding(low: float, high: float, reasons: str | None) -> Finding:
+def clock_finding(low: float, high: float, reasons: str | None, noise: float | None) -> Finding:
+    """An H200 under its power cap moves its clock all the time: only a throttle, or a clock change that
+    shows in the step times (`noise`: how far the same requests replayed ran apart), is judged."""
     named = [r for r in (reasons or "").split(",") if r]
     throttled = [r for r in named if r in THROTTLES]
     drop = 1.0 - low / high if high else 0.0
@@ -159,10 +160,45 @@ def clock_finding(low: float, high: float, reasons: str | None) -> Finding:
     if throttled:
         return Finding("SM clock", "untrusted", f"The GPU throttled during the repeats (NVML: {', '.join(throttled)}); "
                                                 f"its SM clock ran {num(low)}–{num(high)} MHz.")
-    if drop > CLOCK_DROP:
+    if drop > CLOCK_DROP and noise is not None and noise > SPREAD_CAUTION:
         return Finding("SM clock", "caution", f"The SM clock fell {pct(drop)} during the repeats "
-                                              f"({num(high)} → {num(low)} MHz){because}.")
+                                              f"({num(high)} → {num(low)} MHz){because} while the same work ran "
+                                              f"{pct(noise, 1)} apart: the clock change shows in the step times.")
+    if drop > CLOCK_DROP:
+        steady = "" if noise is None else f", and the same work repeated within {pct(noise, 1)}"
+        return Finding("SM clock", "trusted", f"The SM clock moved {num(low)}–{num(high)} MHz{because}{steady}: "
+                                              f"power management, not a throttle.")
     return Finding("SM clock", "trusted", f"The SM clock held at {num(low)}–{num(high)} MHz.")
+
+
+def noise_finding(spread: float, runs: int) -> Finding:
+    """The same requests replayed: what is left is measurement noise, apart from workload variance."""
+    level = "untrusted" if spread > NOISY_SPREAD else "caution" if spread > SPREAD_CAUTION else "trusted"
+    words = {"untrusted": "the measurement does not repeat", "caution": "read it with that in mind",
+             "trusted": "the measurement repeats"}[level]
+    return Finding("measurement noise", level, f"The same requests run {runs} times came within {pct(spread, 1)} "
+                                               f"of each other: {words}.")
+
+
+def measured_interval_finding(point: pd.Series, draws: int) -> Finding:
+    """The interval the runner measured the throughput to, how, and whether a budget ran out first."""
+    half, target = point.get("tokens_per_s_interval"), point.get("target_interval")
+    goal = float(target) if known(target) and target else CI_CAUTION
+    if not known(half):
+        tput = num(point["output_tokens_per_s"])
+        return Finding("throughput interval", "caution", f"One draw of requests only: its throughput ({tput} "
+                                                         f"tok/s) has no interval.")
+    half = float(half)
+    level = "trusted" if half <= goal else "caution" if half <= INTERVAL_UNTRUSTED else "untrusted"
+    how = (f"a step-time model over many host draws, checked against {draws} measured draws"
+           + (f" (each within {pct(float(point['prediction_error_max']), 1)} of its prediction)"
+              if known(point.get("prediction_error_max")) else "")
+           if point.get("interval_method") == "model" else f"{draws} draws")
+    spent = point.get("budget_spent")
+    short = (f"; the {'draw' if spent == 'draws' else 'time'} budget ran out short of the ± {pct(goal)} target"
+             if isinstance(spent, str) else "")
+    return Finding("throughput interval", level, f"Throughput {num(point['output_tokens_per_s'])} tok/s ± "
+                                                 f"{pct(half, 1)} (95 % interval) from {how}{short}.")
 
 
 def processes_finding(listed: int, ranks: int) -> Finding:
@@ -171,84 +207,3 @@ def processes_finding(listed: int, ranks: int) -> Finding:
                                                      f"{ranks} of them this sweep's: if another computed, it took "
                                                      f"GPU time from the sweep.")
     return Finding("other processes", "trusted", "No other process held the GPU.")
-
-
-def findings(point: pd.Series, evidence: pd.Series | None, percentile: int, metric: str) -> list[Finding]:
-    """Every check that applies to one ok point, in RULES order."""
-    tput = _repeat_tput(point, evidence)
-    found = [spread_finding(tput), interval_finding(tput)]
-    samples = _samples(evidence, metric)
-    if samples is not None:
-        found.append(percentile_finding(samples, percentile, "inter-token gaps" if metric == "itl" else "requests"))
-    if _known(point.get("outlier_steps")):
-        steps = evidence.get("steps") if evidence is not None else None
-        found.append(outlier_finding(int(point["outlier_steps"]), int(steps) if _known(steps) else None))
-    found.append(drift_finding(tput))
-    if evidence is not None and _known(evidence.get("generated_tokens")) and evidence.get("requested_tokens"):
-        found.append(tokens_finding(float(evidence["generated_tokens"]), float(evidence["requested_tokens"])))
-    util = point.get("gpu_util_pct_decode") if _known(point.get("gpu_util_pct_decode")) else point.get("gpu_util_pct")
-    if _known(util):
-        cpu = point.get("cpu_pct")
-        found.append(host_finding(float(util), float(cpu) if _known(cpu) else None))
-    if _known(point.get("sm_clock_mhz_min")) and _known(point.get("sm_clock_mhz_max")):
-        reasons = point.get("clock_reasons")
-        found.append(clock_finding(float(point["sm_clock_mhz_min"]), float(point["sm_clock_mhz_max"]),
-                                   reasons if isinstance(reasons, str) else None))
-    if _known(point.get("gpu_processes_max")) and int(point["gpu_processes_max"]) > 0:
-        found.append(processes_finding(int(point["gpu_processes_max"]), 1))
-    return [f for f in found if f is not None]
-
-
-def _repeat_tput(point: pd.Series, evidence: pd.Series | None) -> list[float]:
-    """Each repeat's output tokens/s in repeat order; the summary's min and max stand in without them."""
-    listed = evidence.get("repeat_tokens_per_s") if evidence is not None else None
-    if _known(listed) and len(listed):
-        return [float(v) for v in listed]
-    low, high = point.get("output_tokens_per_s_min"), point.get("output_tokens_per_s_max")
-    count = point.get("repeats")
-    if _known(low) and _known(high) and _known(count) and int(count) > 1:
-        return [float(low), float(high)]
-    return [float(point["output_tokens_per_s"])]
-
-
-def _samples(evidence: pd.Series | None, metric: str) -> int | None:
-    """What a percentile of `metric` is taken over: requests, or for ITL their inter-token gaps."""
-    if evidence is None or not _known(evidence.get("requests")):
-        return None
-    requests = int(evidence["requests"])
-    if metric != "itl":
-        return requests
-    tokens = evidence.get("generated_tokens") if _known(evidence.get("generated_tokens")) else \
-        evidence.get("requested_tokens")
-    return int(tokens) - requests if _known(tokens) else None
-
-
-def verdict(found: list[Finding]) -> tuple[str, str]:
-    """(level, one sentence): the worst check's sentence, naming any other check that did not pass."""
-    level = max((f.level for f in found), key=LEVELS.index, default="trusted")
-    if level == "trusted":
-        return level, f"All {len(found)} checks that apply pass."
-    worst = [f for f in found if f.level == level]
-    others = [f.check for f in found if f.level != "trusted" and f is not worst[0]]
-    also = f" (also: {', '.join(others)})" if others else ""
-    return level, worst[0].sentence.rstrip(".") + also + "."
-
-
-def assess(points: pd.DataFrame, evidence: pd.DataFrame | None, percentile: int = 95,
-           metric: str = "ttft") -> pd.DataFrame:
-    """Per point: `trust` (a LEVELS value; null for a point that did not finish) and `trust_sentence`.
-
-    `evidence` is Store.point_evidence (repeats' throughput, request and step counts by point_index);
-    `percentile` and `metric` are the latency the page reads (the SLO's).
-    """
-    by_point = evidence.set_index("point_index") if evidence is not None and not evidence.empty else None
-    rows = []
-    for _, point in points.iterrows():
-        if point["status"] != "ok":
-            rows.append({"trust": None, "trust_sentence": None})
-            continue
-        index = point.get("point_index")
-        extra = by_point.loc[index] if by_point is not None and index in by_point.index else None
-        level, sentence = verdict(findings(point, extra, percentile, metric))
-        rows.append({"trust": level, "trust_sentence": sentence})
-    return pd.DataFrame(rows, index=points.index, columns=["trust", "trust_sentence"])

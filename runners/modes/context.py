@@ -8,6 +8,7 @@ have another shape calls the pieces itself.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -16,10 +17,12 @@ import torch
 
 from runners import cancel, fingerprint, memory
 from runners.engines.base import Engine
+from runners.metrics.interval import Interval
 from runners.metrics.repeat import Repeat
 from runners.metrics.summary import Summary, failed
 from runners.metrics.utilisation import Window, tag_samples, utilisation
 from runners.models import ModelInfo
+from runners.modes import draws
 from runners.progress import Progress
 from runners.runfolder import RunWriter
 from runners.spec import Point, SweepSpec
@@ -40,8 +43,13 @@ class PointRun(Protocol[R]):
         """Allocate and warm this point's shape; returns its seconds."""
         ...
 
-    def repeat(self, repeat: int) -> tuple[R, Window]:
-        """Run one repeat (warm-up ones are numbered below zero) and say when it ran on the host clock."""
+    def repeat(self, run: int, draw: int) -> tuple[R, Window]:
+        """Measure run number `run` on draw `draw`'s requests (warm-up ones are numbered below zero) and say
+        when it ran on the host clock."""
+        ...
+
+    def interval(self, draws: list[R]) -> Interval:
+        """The expected throughput and its 95 % interval from each draw's first run (runners.metrics.interval)."""
         ...
 
     def summarise(self, repeats: list[R]) -> Summary: ...
@@ -65,13 +73,15 @@ class Stages:
     folder: RunWriter
     sampler: Sampler
     progress: Progress
-    repeats: int
+    repeats: int  # measured runs a point may take at most
 
-    def __call__(self, index: int, batch_size: int | None, stage: str, repeat: int | None = None) -> None:
+    def __call__(self, index: int, point: Point | None, stage: str, repeat: int | None = None) -> None:
+        """`point` is None before the points (load, calibrate); the bar names it on its own axis."""
         self.sampler.set_context(index, stage)
-        self.folder.update(current={"point_index": index if index >= 0 else None, "batch_size": batch_size,
+        self.folder.update(current={"point_index": index if index >= 0 else None,
+                                    "batch_size": None if point is None else point.batch_size,
                                     "stage": stage, "repeat": repeat})
-        self.progress.show(index, batch_size, stage, repeat, self.repeats)
+        self.progress.show(index, None if point is None else point.label, stage, repeat, self.repeats)
 
 
 @dataclass
@@ -87,9 +97,9 @@ class PointContext:
     stage: Stages
 
     def run(self, index: int, point: Point, work: PointRun[R]) -> Summary:
-        """Setup, warm-up and measured repeats under the failure guard, then the memory split (none
+        """Setup, warm-up and measured runs under the failure guard, then the memory split (none
         without an engine: an endpoint's memory is its server's, seen only in the samples), the point's
-        columns and its files."""
+        columns and its files. Measured runs go on until the throughput is known (runners.modes.draws)."""
         rss_before = self.memory_baseline()
         repeats: list[R] = []
         windows: list[Window] = []
@@ -97,15 +107,30 @@ class PointContext:
 
         def measure() -> Summary:
             nonlocal setup_s
-            self.stage(index, point.batch_size, "setup")
+            self.stage(index, point, "setup")
             setup_s = work.setup()
-            for repeat in self.spec.repeat_indices():
-                self.stage(index, point.batch_size, "warmup" if repeat < 0 else "measure", max(repeat, 0))
-                result, window = work.repeat(repeat)
-                if repeat >= 0:
-                    repeats.append(result)
-                    windows.append(window)
+            for draw in range(-self.spec.warmup, 0):
+                self.stage(index, point, "warmup", 0)
+                work.repeat(draw, draw)
+            made: list[draws.Run] = []
+            start = time.perf_counter()
+            for run in draws.runs(self.spec, lambda: work.interval(_firsts(repeats, made)),
+                                  lambda: time.perf_counter() - start):
+                self.stage(index, point, "measure", run.number)
+                result, window = work.repeat(run.number, run.draw)
+                result.row.update(draw=run.draw, replay=run.replay)
+                repeats.append(result)
+                windows.append(window)
+                made.append(run)
+            found = work.interval(_firsts(repeats, made))
+            predicted = dict(zip(sorted({r.draw for r in made}), found.predicted))
+            for result, run in zip(repeats, made):
+                result.row["predicted_tokens_per_s"] = predicted.get(run.draw)
             summary = work.summarise(repeats)
+            summary.update(**found.columns(), **draws.outcome(self.spec, found, made, time.perf_counter() - start),
+                           replay_spread=draws.replay_spread({r: rep.row["output_tokens_per_s"]
+                                                              for r, rep in zip(made, repeats)}),
+                           requests=sum(len(rep.requests) for rep in repeats))
             if self.engine is not None:
                 summary.update(**self.memory(*work.kv_bytes(repeats), rss_before))
             return summary
@@ -170,3 +195,8 @@ class PointContext:
         self.folder.log(f"point {index} {point.label}: {summary['status']} "
                         + (done(summary) if summary.ok else summary["error"]))
         return summary
+
+
+def _firsts(repeats: Sequence[R], made: list[draws.Run]) -> list[R]:
+    """Each draw's first run, in draw order: the sample the interval is read from (replays repeat a draw)."""
+    return [rep for rep, run in zip(repeats, made) if run.replay == 0]

@@ -11,6 +11,7 @@ from runners import workload
 from runners.engines.base import Batch, Engine
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
+from runners.metrics.interval import Interval, by_draws
 from runners.metrics.continuous import ContinuousRepeat, continuous_repeat, summarise
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
@@ -63,16 +64,20 @@ class ContinuousRun:
         self.capacity = spec.kv_cache_tokens or self.served.slots * self.served.max_len
         return seconds
 
-    def repeat(self, repeat: int) -> tuple[ContinuousRepeat, Window]:
-        spec, batch = self.ctx.spec, self.work[repeat]
+    def repeat(self, run: int, draw: int) -> tuple[ContinuousRepeat, Window]:
+        spec, batch = self.ctx.spec, self.work[draw]
         start = time.perf_counter()
         result = self.served.run(batch.prompt_ids, batch.output_lens,
-                                 {**self.arrivals, "seed": workload.arrival_seed(spec, repeat)},
+                                 {**self.arrivals, "seed": workload.arrival_seed(spec, draw)},
                                  spec.max_num_batched_tokens, self.capacity)
         # steps mix prefill and decode, so a measured repeat's samples are all tagged decode
-        window = Window(repeat, start, start, start + result.steps[-1].end_s)
-        return continuous_repeat(self.index, repeat, self.point.batch_size, result, spec.slo_metric,
+        window = Window(run, start, start, start + result.steps[-1].end_s)
+        return continuous_repeat(self.index, run, self.point.batch_size, result, spec.slo_metric,
                                  spec.slo_ms), window
+
+    def interval(self, draws: list[ContinuousRepeat]) -> Interval:
+        """A draw is the whole request set and its arrivals: no step model predicts it, so draws alone."""
+        return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
 
     def summarise(self, repeats: list[ContinuousRepeat]) -> Summary:
         spec = self.ctx.spec

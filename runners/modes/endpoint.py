@@ -20,6 +20,7 @@ import torch
 from runners import contract, devices, fingerprint, models, workload
 from runners.engines.endpoint import EndpointClient
 from runners.engines.server_command import ServerProcess
+from runners.metrics.interval import Interval, by_draws
 from runners.metrics.endpoint import EndpointRepeat, endpoint_repeat, summarise
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
@@ -124,15 +125,19 @@ class EndpointRun:
             raise RuntimeError(f"the server refused a text prompt: {refused}")
         return True
 
-    def repeat(self, repeat: int) -> tuple[EndpointRepeat, Window]:
-        spec, batch = self.ctx.spec, self.work[repeat]
+    def repeat(self, run: int, draw: int) -> tuple[EndpointRepeat, Window]:
+        spec, batch = self.ctx.spec, self.work[draw]
         prompts = [workload.text_prompt(p) for p in batch.prompt_ids] if self.text else batch.prompt_ids
-        served = self.client.run(prompts, batch.output_lens, {**self.arrivals, "seed": workload.arrival_seed(spec, repeat)},
-                                 f"{self.ctx.folder.root.name}/p{self.index}/r{repeat}")
+        served = self.client.run(prompts, batch.output_lens, {**self.arrivals, "seed": workload.arrival_seed(spec, draw)},
+                                 f"{self.ctx.folder.root.name}/p{self.index}/r{run}")
         # the server's phases are not seen from here, so a measured repeat's samples are all tagged decode
-        window = Window(repeat, served.start, served.start, served.start + served.end_s)
-        return endpoint_repeat(self.index, repeat, self.point.batch_size, served, batch.prompt_lens, spec.slo_metric,
+        window = Window(run, served.start, served.start, served.start + served.end_s)
+        return endpoint_repeat(self.index, run, self.point.batch_size, served, batch.prompt_lens, spec.slo_metric,
                                spec.slo_ms), window
+
+    def interval(self, draws: list[EndpointRepeat]) -> Interval:
+        """A draw is the whole request set sent to the server, whose steps are unseen: draws alone."""
+        return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
 
     def summarise(self, repeats: list[EndpointRepeat]) -> Summary:
         spec = self.ctx.spec

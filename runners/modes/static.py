@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from runners import workload
+from runners.metrics.interval import Interval, StepModel, by_draws, by_model, host_predictions
 from runners.metrics.replicated import batch_repeat
 from runners.metrics.static import StaticRepeat, summarise
 from runners.metrics.summary import Summary
@@ -31,12 +32,24 @@ class StaticRun:
         return self.ctx.engine.setup(self.size, max(max(b.prompt_lens) for b in self.batches.values()),
                                      max(max(b.output_lens) for b in self.batches.values()))
 
-    def repeat(self, repeat: int) -> tuple[StaticRepeat, Window]:
-        batch = self.batches[repeat]
+    def repeat(self, run: int, draw: int) -> tuple[StaticRepeat, Window]:
+        batch = self.batches[draw]
         start = time.perf_counter()
         gen = self.ctx.engine.generate(batch)
-        window = Window(repeat, start, start + gen.token_ms[0] / 1000, start + gen.token_ms[-1] / 1000)
-        return batch_repeat(self.index, repeat, batch, gen), window
+        window = Window(run, start, start + gen.token_ms[0] / 1000, start + gen.token_ms[-1] / 1000)
+        return batch_repeat(self.index, run, batch, gen), window
+
+    def interval(self, draws: list[StaticRepeat]) -> Interval:
+        """The step-time model's expectation over host draws, checked against each measured draw; with
+        replicas each replica pads to its own share, which the model does not see, so draws alone."""
+        tput = [rep.row["output_tokens_per_s"] for rep in draws]
+        if self.ctx.spec.replicas > 1:
+            return by_draws(tput)
+        model = StepModel.fit([(r.batch.size, max(r.batch.prompt_lens), r.row["prefill_ms"]) for r in draws],
+                              [s["duration_ms"] for r in draws for s in r.steps if s["phase"] == "decode"])
+        predicted = [model.tokens_per_s(r.batch.prompt_lens, r.batch.output_lens) for r in draws]
+        return by_model(tput, predicted,
+                        host_predictions(model, lambda k: self.ctx.spec.request_lengths(self.size, k)))
 
     def summarise(self, repeats: list[StaticRepeat]) -> Summary:
         return summarise(self.index, self.size, repeats, self.ctx.spec.warmup)

@@ -30,6 +30,8 @@ PARALLEL = "several processes (static mode; one rank per GPU, on CPU processes s
 CONTINUOUS = "continuous mode (one of --max-num-seqs, --arrival, --concurrency may list values to sweep)"
 ENDPOINT = ("endpoint engine (--engine endpoint: requests go to a running OpenAI-compatible server, with the load "
             "options above; --model names the shapes it serves, for prompt ids and the roofline)")
+MEASURE = ("measuring until known (each point runs --repeats draws of its requests and --replays of the first, "
+           "then draws more until its throughput's interval is within --target-interval or a budget is spent)")
 REFINE = "refinement (points the runner adds after the planned ones, along the sweep's axis)"
 
 
@@ -95,6 +97,19 @@ class SweepSpec:
                                       help="a request still unfinished after this many seconds fails (default 600)")
     ready_timeout_s: float = option(600.0, group=ENDPOINT,
                                     help="how long a (re)started server may take to answer (default 600)")
+    target_interval: float = option(0.05, group=MEASURE,
+                                    help="half-width of the interval (95 percent confidence) a point's throughput is "
+                                         "measured to, as a share of it (default 0.05: ±5 percent); 0 runs "
+                                         "--repeats draws and stops")
+    replays: int = option(1, group=MEASURE, most=100,
+                          help="times the first draw's requests run again, so measurement noise (the same "
+                               "requests) is read apart from workload variance (new draws) (default 1)")
+    max_draws: int = option(6, group=MEASURE, most=1000,
+                            help="measured runs per point at most, draws and replays together (default 6: "
+                                 "twice 3 repeats, so a sweep costs at most twice a 3-repeat one)")
+    point_budget_s: float = option(300.0, group=MEASURE,
+                                   help="a point draws no more once its measured runs took this many seconds "
+                                        "(default 300)")
     refine_points: int = option(0, group=REFINE,
                                 help="at most this many added points (default 0: none): first between the "
                                      "largest value meeting --refine-slo and the next, which breaks it, then "
@@ -118,8 +133,13 @@ class SweepSpec:
                 output.sample(size, random.Random(f"output:{key}")))
 
     def repeat_indices(self) -> range:
-        """Warm-up repeats are numbered below zero so they never share lengths with measured ones."""
-        return range(-self.warmup, self.repeats)
+        """Every draw a point may run: warm-up ones are numbered below zero so they never share lengths with
+        measured ones, and measured ones go up to the most distinct draws the budget allows."""
+        return range(-self.warmup, max(self.repeats, self.most_runs() - self.replays))
+
+    def most_runs(self) -> int:
+        """Measured runs a point may take: `max_draws`, but never fewer than the draws and replays it must run."""
+        return max(self.max_draws, self.repeats + self.replays)
 
     def longest_request(self, size: int) -> int:
         """The most KV tokens (prompt + output) a request of any repeat of `size` requests holds."""

@@ -64,7 +64,9 @@ def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> S
     if spec.device != "auto" and spec.device != "cpu" and not (spec.device == "cuda" or spec.device.startswith("cuda:")):
         found.setdefault("device", f"device must be auto, cpu, cuda or cuda:N: {spec.device!r}")
     set_whole_numbers(spec, values, (("repeats", 1), ("warmup", 0), ("seed", 0), ("max_batch_size", 1),
-                                     ("tensor_parallel", 1), ("replicas", 1)), found)
+                                     ("tensor_parallel", 1), ("replicas", 1), ("replays", 0),
+                                     ("max_draws", 1)), found)
+    _set_share(spec, values, found)
     if "telemetry_hz" in values:
         hz = record(found, "telemetry_hz", lambda: number(values["telemetry_hz"], "telemetry_hz"))
         if hz is not None and (math.isnan(hz) or not MIN_TELEMETRY_HZ <= hz <= 1000):
@@ -117,3 +119,15 @@ def _check_model(model: str, model_roots: list[Path] | None) -> int:
     if not has_config:
         raise SpecError("model", f"{model!r} has no config.json")
     return model_context(str(path))
+
+
+def _set_share(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
+    """The measuring budget's numbers (SweepSpec MEASURE): a target share in [0, 1), seconds over 0."""
+    for name, ok, words in (("target_interval", lambda v: 0 <= v < 1, "between 0 and 1 (0.05 is ±5 percent)"),
+                            ("point_budget_s", lambda v: v > 0, "a positive number of seconds")):
+        if name in values:
+            value = record(found, name, lambda: number(values[name], name))
+            if value is not None and (math.isnan(value) or not ok(value)):
+                found.setdefault(name, f"{name} must be {words}, got {value}")
+            elif value is not None:
+                setattr(spec, name, value)

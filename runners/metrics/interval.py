@@ -1,0 +1,103 @@
+"""A point's throughput as an expectation over its workload, with a 95 % interval (docs/trust.md).
+
+A static batch runs as long as its longest output, so one draw of lengths says little about the next:
+at output lognormal:256:0.5 a batch's throughput varies about 19 % from draw to draw, and ±5 % from
+draws alone needs about 60 of them. Its step times, though, repeat to a fraction of a percent. So the
+`model` method predicts each draw's throughput from the point's measured step times, averages that
+prediction over HOST_DRAWS draws made on the host (no GPU time), and corrects it by the measured draws'
+ratio to their own predictions (a control variate): the interval then reflects how well the measured
+draws agree with the model, not how much the lengths vary. Where no model predicts a draw (a
+continuous or endpoint point, whose draw is its whole request set), the `draws` method is Student's t
+over the measured draws.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+HOST_DRAWS = 1000  # draws of lengths the model is averaged over, on the host
+HOST_BASE = 1_000_000  # their draw numbers, far past any measured draw's
+# Student's t for a two-sided 95 % interval, by degrees of freedom (1..30); 1.96 beyond
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+       2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t95(n: int) -> float:
+    """Student's t quantile for a two-sided 95 % interval of a mean over n ≥ 2 values."""
+    return T95[n - 2] if n - 1 <= len(T95) else 1.96
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point's expected throughput and the half-width of its 95 % interval as a share of it (inf
+    when nothing bounds it yet: one draw, no model)."""
+
+    estimate: float
+    half: float
+    method: str  # "model" or "draws"
+    prediction_error_max: float | None = None  # the largest |measured ÷ predicted − 1| over the draws
+    predicted: tuple[float, ...] = ()  # the model's throughput for each measured draw, in draw order
+
+    def within(self, target: float) -> bool:
+        return self.half <= target
+
+    def columns(self) -> dict[str, float | str | None]:
+        """The summary columns it fills: the figure shown, its bounds (which the knee's noise rule and the
+        regression check read as its spread), the half-width, the method and the model's worst miss."""
+        bounded = math.isfinite(self.half)
+        return {"output_tokens_per_s": self.estimate,
+                "output_tokens_per_s_min": self.estimate * (1 - self.half) if bounded else None,
+                "output_tokens_per_s_max": self.estimate * (1 + self.half) if bounded else None,
+                "tokens_per_s_interval": self.half if bounded else None, "interval_method": self.method,
+                "prediction_error_max": self.prediction_error_max}
+
+
+def by_draws(tput: Sequence[float]) -> Interval:
+    """Student's t over the measured draws' throughput."""
+    mean = statistics.fmean(tput)
+    if len(tput) < 2:
+        return Interval(mean, math.inf, "draws")
+    return Interval(mean, t95(len(tput)) * statistics.stdev(tput) / math.sqrt(len(tput)) / mean, "draws")
+
+
+def by_model(measured: Sequence[float], predicted: Sequence[float], host: Sequence[float]) -> Interval:
+    """The host draws' mean prediction × the measured draws' mean ratio to their predictions.
+
+    The interval adds, in quadrature, the ratio's t-interval (how far the model is from the GPU) and the
+    host average's own sampling error (small: HOST_DRAWS draws)."""
+    ratios = [m / p for m, p in zip(measured, predicted)]
+    mean_host = statistics.fmean(host)
+    worst = max(abs(r - 1) for r in ratios)
+    estimate = mean_host * statistics.fmean(ratios)
+    if len(ratios) < 2:
+        return Interval(estimate, math.inf, "model", worst, tuple(predicted))
+    model = t95(len(ratios)) * statistics.stdev(ratios) / math.sqrt(len(ratios)) / statistics.fmean(ratios)
+    sampling = 1.96 * statistics.pstdev(host) / math.sqrt(len(host)) / mean_host
+    return Interval(estimate, math.hypot(model, sampling), "model", worst, tuple(predicted))
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """A static batch's time from its measured steps: prefill per padded prompt token, then one median
+    decode step for every output token after the first (a batch runs as long as its longest output)."""
+
+    prefill_ms_per_token: float
+    step_ms: float
+
+    @classmethod
+    def fit(cls, sizes_prompts: Sequence[tuple[int, int, float]], step_ms: Sequence[float]) -> StepModel:
+        """From each measured run's (rows, longest prompt, prefill ms) and every measured decode step."""
+        return cls(statistics.median(ms / (rows * longest) for rows, longest, ms in sizes_prompts),
+                   statistics.median(step_ms) if step_ms else 0.0)
+
+    def tokens_per_s(self, prompt_lens: Sequence[int], output_lens: Sequence[int]) -> float:
+        wall_ms = (self.prefill_ms_per_token * len(prompt_lens) * max(prompt_lens)
+                   + (max(output_lens) - 1) * self.step_ms)
+        return sum(output_lens) / wall_ms * 1000.0
+
+
+def host_predictions(model: StepModel, lengths: Callable[[int], tuple[list[int], list[int]]]) -> list[float]:
+    """The model's throughput over HOST_DRAWS draws; `lengths(draw)` gives a draw's prompt and output lengths."""
+    return [model.tokens_per_s(*lengths(HOST_BASE + k)) for k in range(HOST_DRAWS)]
