@@ -341,7 +341,7 @@ def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: M
     frames = {name: _concat(found, _EMPTY_LONG) for name, found in parts.items()}
     capacity = _concat(capacities, ["run", "value", "label"]).drop_duplicates(subset=["value"])
     return _grid(frames, _concat(markers, ["run", "x", "kind", "label"]), _concat(tradeoffs, _TRADEOFF),
-                 colour_by="run", slo=slo, capacity=capacity, stacked_memory=False,
+                 colour_by="run", slo=slo, runs=list(tables_by_run), capacity=capacity, stacked_memory=False,
                  ticks=axis_values(*tables_by_run.values()), x_title=axis_title(*tables_by_run.values()))
 
 
@@ -442,8 +442,9 @@ def _when(param: str, then: Any, otherwise: Any) -> dict:
 
 def _grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.DataFrame, colour_by: str,
           slo: Any, capacity: pd.DataFrame, stacked_memory: bool, ticks: list[float],
-          x_title: str = "batch size (log2)") -> dict:
-    """Throughput and latency, then utilisation and memory, then the trade-off: one hover across all."""
+          x_title: str = "batch size (log2)", runs: list[str] | None = None) -> dict:
+    """Throughput and latency, then utilisation and memory, then the trade-off: one hover across all.
+    With `runs` (an overlay) every mark of a run, its markers included, takes that run's one colour."""
     data = _Data()
     domain = _domain(ticks)
     whole = all(float(t).is_integer() for t in ticks)
@@ -451,6 +452,8 @@ def _grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.D
            axis={"values": ticks or [1], "format": "d" if whole else "~g", "labelOverlap": "greedy"})
     x_name = x_title.split(" (")[0]
     overlay = colour_by == "run"
+    scale = run_scale(runs or [])
+    marker_colour = _n("run", scale=scale, legend=None) if overlay else _MARKER_COLOUR
     marker_data = data.add(markers) if not markers.empty else None
     label_space = 0 if markers.empty else (int(label_rows(markers, domain)["row"].max()) + 1) * LABEL_ROW_PX
     panels = {}
@@ -461,9 +464,10 @@ def _grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.D
         if y_top is not None:
             title += f" — roofline prediction (up to {value_text(frame['value'].max(), 'tok/s')}) off the scale"
         frame_data = data.add(frame if not frame.empty else pd.DataFrame(columns=_EMPTY_LONG))
-        layers = [{"layer": _panel_layers(name, frame, frame_data, x, x_name, colour_by, stacked, y_top)}]
+        layers = [{"layer": _panel_layers(name, frame, frame_data, x, x_name, colour_by, stacked, y_top, scale)}]
         if marker_data is not None:
-            layers += _marker_layers(markers, marker_data, x, labelled=name == "throughput", domain=domain, data=data)
+            layers += _marker_layers(markers, marker_data, x, labelled=name == "throughput", domain=domain, data=data,
+                                     colour=marker_colour)
         layers.append({"name": f"pointer_{name}", "data": frame_data, "mark": {"type": "rule", "color": "#555",
                                                                                "strokeWidth": 1},
                        "encoding": {"x": x}, "transform": [{"filter": {"param": HOVER, "empty": False}}]})
@@ -490,7 +494,7 @@ def _grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.D
                        "select": {"type": "point", "fields": ["run"]}})
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "vconcat": [grid, _tradeoff_panel(tradeoff, markers, data, colour_by, x_name)], "spacing": 18,
+        "vconcat": [grid, _tradeoff_panel(tradeoff, markers, data, colour_by, x_name, scale)], "spacing": 18,
         "params": params, "resolve": {"scale": {"x": "independent", "color": "independent"}},
         "datasets": data.values,
         "config": {"legend": {"labelLimit": 260, "symbolLimit": 40, "symbolOpacity": 1, "columnPadding": 14},
@@ -534,7 +538,7 @@ def _domain(ticks: list[float]) -> list[float]:
 
 
 def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: str, colour_by: str,
-                  stacked: bool, y_top: float | None) -> list[dict]:
+                  stacked: bool, y_top: float | None, scale: dict) -> list[dict]:
     """Lines (or a stack) for one panel, the highlight of the hovered x, and last, on top, the invisible
     layer that owns the hover: Vega-Lite's nearest-point cells sit above every mark and take the
     pointer, so the tooltip lives on them, for the point nearest the pointer."""
@@ -545,7 +549,7 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
         colour = memory_colour(None, {"orient": "bottom", "columns": 3})
     else:
         shown = not overlay or name == "throughput"  # an overlay names its runs once
-        colour = _n(colour_by, title=None, scale={"scheme": "tableau10"},
+        colour = _n(colour_by, title=None, scale=scale if overlay else {"scheme": "tableau10"},
                     legend={"orient": "bottom", "columns": 2} if shown else None)
     opacity = _when(LEGEND, 1.0, 0.12) if overlay else {"value": 1.0}
     y = _q("value", title=TITLES[name], scale=y_scale, **({"stack": "zero"} if stacked else {}))
@@ -585,7 +589,8 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
     return [{"data": data, **layer} for layer in layers]
 
 
-def _tradeoff_panel(frame: pd.DataFrame, markers: pd.DataFrame, data: _Data, colour_by: str, x_name: str) -> dict:
+def _tradeoff_panel(frame: pd.DataFrame, markers: pd.DataFrame, data: _Data, colour_by: str, x_name: str,
+                    scale: dict) -> dict:
     """Throughput against tokens/s per user, each point labelled with its sweep value: moving left along
     the curve buys throughput with every user's speed. The knee markers and working point are ringed."""
     empty = frame.empty
@@ -593,7 +598,7 @@ def _tradeoff_panel(frame: pd.DataFrame, markers: pd.DataFrame, data: _Data, col
     x = _q("speed", title="output tokens/s per user (1000 / ITL P50, log)", scale={"type": "log"})
     y = _q("value", title="output tokens/s", scale={"zero": True})
     overlay = colour_by == "run"
-    colour = _n("run", title=None, scale={"scheme": "tableau10"}, legend=None) if overlay else {"value": "#4c78a8"}
+    colour = _n("run", title=None, scale=scale, legend=None) if overlay else {"value": "#4c78a8"}
     opacity = _when(LEGEND, 1.0, 0.12) if overlay else {"value": 1.0}
     layers = [
         {"mark": {"type": "line", "strokeWidth": 2},
@@ -610,7 +615,7 @@ def _tradeoff_panel(frame: pd.DataFrame, markers: pd.DataFrame, data: _Data, col
     if not empty and not markers.empty and not ringed.empty:
         layers.append({"data": data.add(ringed), "mark": {"type": "point", "size": 260, "strokeWidth": 2.2,
                                                           "filled": False},
-                       "encoding": {"x": x, "y": y, "color": _MARKER_COLOUR}})
+                       "encoding": {"x": x, "y": y, "color": colour if overlay else _MARKER_COLOUR}})
     layers.append({"data": source, "name": "hover_tradeoff", "mark": {"type": "point", "opacity": 0},
                    "encoding": {"x": x, "y": y, "tooltip": [
                        _n("run"), _q("x", title=x_name, format="~g"), _n("shown", title="throughput"),
@@ -621,16 +626,26 @@ def _tradeoff_panel(frame: pd.DataFrame, markers: pd.DataFrame, data: _Data, col
             "width": PANEL_WIDTH, "height": PANEL_HEIGHT}
 
 
+TABLEAU10 = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
+             "#bab0ac")
+
+
+def run_scale(runs: list[str]) -> dict:
+    """One colour per run, in the order the runs were picked, for every layer of every panel: the panels'
+    colour scales are independent, so an explicit domain is what keeps a run's colour the same in all."""
+    return {"domain": runs, "range": [TABLEAU10[i % len(TABLEAU10)] for i in range(len(runs))]}
+
+
 _MARKER_COLOUR = _n("kind", scale={"domain": list(MARKER_COLOURS), "range": list(MARKER_COLOURS.values())},
                     legend=None)
 
 
 def _marker_layers(markers: pd.DataFrame, source: dict, x: dict, labelled: bool, domain: list[float],
-                   data: _Data) -> list[dict]:
-    """Dashed vertical rules coloured by marker kind; with `labelled`, their labels above the panel,
-    one row each where they would overlap (see `label_rows`)."""
+                   data: _Data, colour: dict) -> list[dict]:
+    """Dashed vertical rules in `colour` (by marker kind, or in an overlay by run); with `labelled`, their
+    labels above the panel, one row each where they would overlap (see `label_rows`)."""
     layers = [{"data": source, "mark": {"type": "rule", "strokeDash": [6, 3], "strokeWidth": 1.6},
-               "encoding": {"x": x, "color": _MARKER_COLOUR}}]
+               "encoding": {"x": x, "color": colour}}]
     if labelled:
         placed = label_rows(markers, domain)
         placed = placed.assign(y=-4 - placed["row"] * LABEL_ROW_PX)
@@ -640,7 +655,7 @@ def _marker_layers(markers: pd.DataFrame, source: dict, x: dict, labelled: bool,
                 layers.append({"data": data.add(side), "mark": {
                     "type": "text", "align": align, "baseline": "bottom", "dx": dx, "fontSize": LABEL_FONT,
                     "fontWeight": "bold"}, "encoding": {"x": x, "y": _q("y", scale=None), "text": _n("label"),
-                                                        "color": _MARKER_COLOUR}})
+                                                        "color": colour}})
     return layers
 
 

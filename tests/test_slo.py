@@ -31,7 +31,7 @@ def test_slo_beyond_the_plateau_keeps_the_plateau() -> None:
     # 64 takes 900 ≤ 1000, 128 takes 1700 > 1000
     assert result.slo_limit is not None and result.slo_limit.x == 64
     assert result.slo_limit.sentence == ("Batch 64 is the largest whose P95 E2E latency (900 ms) meets the "
-                                         "1 000 ms SLO; batch 128 takes 1 700 ms.")
+                                         "1 000 ms SLO; batch 128 takes 1 700 ms (latency grows along batch).")
     assert result.working_point is not None and result.working_point.x == 32
     assert result.working_point.sentence == ("Batch 32 is recommended: throughput plateaus there (2 200 tok/s) and "
                                              "its P95 E2E latency (500 ms) meets the 1 000 ms SLO.")
@@ -55,7 +55,8 @@ def test_slo_every_point_meets() -> None:
 def test_slo_none_meets() -> None:
     result = analyse(saturating_with_latency(), None, None, SLO("e2e", 95, 50))
     assert result.slo_limit is None and result.working_point is None
-    assert "No batch meets the 50 ms P95 E2E SLO: even the smallest, batch 1, takes 100 ms." in result.notes
+    assert ("No batch meets the 50 ms P95 E2E SLO (latency grows along batch): even the smallest, batch 1, takes "
+            "100 ms.") in result.notes
     assert any(n.startswith("No working point") for n in result.notes)
 
 
@@ -83,3 +84,22 @@ def test_non_monotone_latency_is_flagged() -> None:
     result = analyse(points, None, None, SLO("e2e", 95, 50))
     assert result.slo_limit.x == 4
     assert any(n.startswith("Smaller batch(es) 2 miss the SLO although batch 4 meets it") for n in result.notes)
+
+
+def test_along_max_num_seqs_at_a_fixed_rate_latency_falls_and_the_working_point_is_found() -> None:
+    # 4 req/s offered: more slots queue less, so P95 TTFT falls; throughput rises until the slots carry the
+    # load, then holds (8 → 16 adds 1 %: the plateau starts at 8)
+    seqs = [1, 2, 4, 8, 16, 32]
+    points = make_points(seqs, [200, 380, 700, 1000, 1010, 1012], ttft_ms_p95=[9000, 4000, 1500, 600, 300, 250],
+                         sweep_axis="max_num_seqs", sweep_value=[float(v) for v in seqs], arrival_rate=4.0)
+    result = analyse(points, None, None, SLO("ttft", 95, 500))
+    assert result.slo_limit.x == 16 and result.slo_limit.sentence == (
+        "max_num_seqs 16 is the smallest whose P95 TTFT latency (300 ms) meets the 500 ms SLO; max_num_seqs 8 "
+        "takes 600 ms (latency falls along max_num_seqs).")
+    assert result.working_point is not None and result.working_point.x == 16
+    assert result.working_point.sentence == (
+        "max_num_seqs 16 is recommended: latency falls along max_num_seqs here, so it is the smallest max_num_seqs "
+        "at or past the plateau's start (8) whose P95 TTFT latency (300 ms) meets the 500 ms SLO (1 010 tok/s).")
+    # no plateau within the SLO's reach: the largest that meets it
+    rising = points.assign(output_tokens_per_s=[200, 380, 700, 1000, 1500, 2200])
+    assert analyse(rising, None, None, SLO("ttft", 95, 500)).working_point.x == 32

@@ -60,7 +60,8 @@ def test_rate_sweep_knee_slo_limit_and_working_point_are_rates() -> None:
     assert result.axis is RATE
     assert (result.plateau.x, result.slo_limit.x, result.working_point.x) == (4.0, 2.0, 2.0)
     assert result.slo_limit.sentence == ("Arrival rate 2 req/s is the largest whose P95 E2E latency (1 200 ms) "
-                                         "meets the 2 000 ms SLO; arrival rate 4 req/s takes 4 000 ms.")
+                                         "meets the 2 000 ms SLO; arrival rate 4 req/s takes 4 000 ms (latency "
+                                         "grows along arrival rate).")
     assert result.working_point.sentence.startswith("Arrival rate 2 req/s is recommended: it is the largest "
                                                     "arrival rate within the 2 000 ms P95 E2E SLO")
     assert "Doubling past arrival rate 4 req/s adds only 1.7 %" in result.plateau.sentence

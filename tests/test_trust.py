@@ -8,9 +8,12 @@ import pytest
 from batchscope.analysis import SLO, analyse
 from batchscope.analysis.cost import at_working_point, parse_price, with_cost
 from batchscope.analysis.regression import compare, config, earlier_matches
-from batchscope.analysis.trust import (RULES, Finding, assess, clock_finding, drift_finding, host_finding,
-                                       interval_finding, outlier_finding, percentile_finding, processes_finding,
-                                       spread_finding, t95, tokens_finding, verdict)
+from batchscope.analysis.trust import (RULES, clock_finding, drift_finding, host_finding, interval_finding,
+                                       measured_interval_finding, noise_finding, outlier_finding, percentile_finding,
+                                       processes_finding, spread_finding, t95, tokens_finding)
+from batchscope.analysis.verdicts import Finding, assess, level_of, metric_of
+from batchscope.charts import linked_charts
+from tests.test_charts import grid_panels, layers_of
 from tests.test_knee import POW2, SATURATING, make_points
 
 
@@ -62,18 +65,39 @@ def test_tokens_host_clock_and_processes() -> None:
     assert host_finding(35.0, 98.0).level == "caution"
     assert host_finding(35.0, 20.0).level == "trusted"  # idle GPU, idle host: waiting for arrivals, not bound
     assert host_finding(95.0, 100.0).level == "trusted"
-    assert clock_finding(1980, 1980, "sw_power_cap").level == "trusted"
-    assert clock_finding(1700, 1980, "sw_power_cap").level == "caution"  # 14 % drop
-    assert clock_finding(1900, 1980, "hw_thermal,sw_power_cap").level == "untrusted"
+    assert clock_finding(1980, 1980, "sw_power_cap", 0.003).level == "trusted"
+    # a 14 % drop under the power cap with replays 0.3 % apart: power management, not a fault
+    steady = clock_finding(1700, 1980, "sw_power_cap", 0.003)
+    assert steady.level == "trusted" and "power management, not a throttle" in steady.sentence
+    # the same drop while the same requests ran 8 % apart: the clock shows in the step times
+    assert clock_finding(1700, 1980, "sw_power_cap", 0.08).level == "caution"
+    assert clock_finding(1900, 1980, "hw_thermal,sw_power_cap", 0.0).level == "untrusted"
     assert processes_finding(1, 1).level == "trusted" and processes_finding(3, 1).level == "caution"
 
 
-def test_the_verdict_is_the_worst_check_and_names_the_others() -> None:
-    found = [Finding("repeat spread", "caution", "A."), Finding("SM clock", "untrusted", "B."),
-             Finding("warm-up drift", "caution", "C.")]
-    assert verdict(found) == ("untrusted", "B (also: repeat spread, warm-up drift).")
-    assert verdict([Finding("x", "trusted", "ok")]) == ("trusted", "All 1 checks that apply pass.")
-    assert set(RULES) >= {"repeat spread", "percentile sample", "SM clock", "other processes"}
+def test_a_metrics_verdict_is_its_worst_check_with_the_doubtful_reasons_worst_first() -> None:
+    found = [Finding("throughput interval", "trusted", "A."), Finding("SM clock", "caution", "B."),
+             Finding("outlier steps", "untrusted", "C.")]
+    assert level_of(found) == {"level": "untrusted", "reasons": ["C.", "B."]}
+    assert level_of(found[:1]) == {"level": "trusted", "reasons": ["A."]}  # all pass: the main check says why
+    assert set(RULES) >= {"measurement noise", "throughput interval", "percentile sample", "SM clock"}
+    assert [metric_of(c) for c in ("output_tokens_per_s", "ttft_ms_p95", "queue_ms_p99", "mem_peak_allocated",
+                                   "gpu_util_pct")] == ["throughput", "ttft_p95", "queue_p99", "memory", None]
+
+
+def test_the_measured_interval_and_the_replays_noise() -> None:
+    point = pd.Series({"output_tokens_per_s": 512.0, "tokens_per_s_interval": 0.031, "interval_method": "model",
+                       "target_interval": 0.05, "prediction_error_max": 0.012, "budget_spent": None})
+    found = measured_interval_finding(point, 4)
+    assert found.level == "trusted" and found.sentence == (
+        "Throughput 512 tok/s ± 3.1 % (95 % interval) from a step-time model over many host draws, checked "
+        "against 4 measured draws (each within 1.2 % of its prediction).")
+    short = measured_interval_finding(pd.Series({**point, "tokens_per_s_interval": 0.081, "interval_method": "draws",
+                                                 "budget_spent": "draws"}), 5)
+    assert short.level == "caution" and short.sentence.endswith(
+        "from 5 draws; the draw budget ran out short of the ± 5 % target.")
+    assert measured_interval_finding(pd.Series({**point, "tokens_per_s_interval": 0.4}), 6).level == "untrusted"
+    assert noise_finding(0.004, 2).level == "trusted" and noise_finding(0.3, 2).level == "untrusted"
 
 
 def points_with_repeats() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -94,7 +118,8 @@ def test_the_working_point_passes_over_an_untrusted_point_and_says_so() -> None:
     assert trust[32] == "untrusted" and trust[16] == "trusted"
     assert result.working_point.x == 16
     assert result.working_point.sentence.startswith("Batch 16 is recommended (1 600 tok/s): batch 32 qualifies but "
-                                                    "its measurement is untrusted (Its 3 repeats span 36.4 %")
+                                                    "its measurement is untrusted (Throughput: Its 3 repeats span "
+                                                    "36.4 %")
     every = evidence.assign(repeat_tokens_per_s=[[1000, 1500, 2000]] * len(POW2))
     alone = analyse(points, None, None, SLO("e2e", 95, 1000), evidence=every)
     assert alone.working_point.x == 32 and "untrusted, and no trusted batch qualifies" in alone.working_point.sentence
@@ -105,10 +130,65 @@ def test_assess_leaves_failed_points_unjudged_and_reads_itl_gaps() -> None:
     points["point_index"] = [0, 1]
     evidence = pd.DataFrame({"point_index": [0], "requests": [10], "requested_tokens": [50],
                              "generated_tokens": [50], "steps": [5], "repeat_tokens_per_s": [[100, 100]]})
-    judged = assess(points, evidence, 99, "itl")
+    points["itl_ms_p99"] = [5.0, None]
+    judged = assess(points, evidence, ["throughput", "itl_p99"])
     assert pd.isna(judged["trust"].tolist()[1])
-    # ITL P99 over 50 − 10 = 40 gaps: 0.4 beyond → untrusted
+    # ITL P99 over 50 − 10 = 40 gaps: 0.4 beyond → untrusted; the throughput's repeats agree
     assert judged["trust"].tolist()[0] == "untrusted" and "40 inter-token gaps" in judged["trust_sentence"][0]
+    assert judged["trust_throughput"].tolist()[0] == "trusted" and judged["trust_itl_p99"].tolist()[0] == "untrusted"
+
+
+def steady_batch_one() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Batch 1 measured until known (3 draws, a replay 0.6 % apart, ± 0.8 %) whose P95 rests on 3 requests,
+    and batch 8 with 400 requests."""
+    points = make_points([1, 8], [100.0, 700.0], ttft_ms_p95=[20.0, 40.0], e2e_ms_p95=[300.0, 500.0],
+                         draws=[3, 3], replays=[1, 1], replay_spread=[0.006, 0.004],
+                         tokens_per_s_interval=[0.008, 0.02], interval_method="model", target_interval=0.05)
+    points["point_index"] = [0, 1]
+    evidence = pd.DataFrame({"point_index": [0, 1], "requests": [3, 400], "requested_tokens": [300, 40_000],
+                             "generated_tokens": [300, 40_000], "steps": [300, 400],
+                             "repeat_tokens_per_s": [[100.0, 100.6, 99.8, 100.3], [690.0, 700.0, 705.0, 702.0]]})
+    return points, evidence
+
+
+def test_a_p95_from_3_requests_does_not_demote_throughput_and_is_hollow_only_on_its_own_chart() -> None:
+    points, evidence = steady_batch_one()
+    result = analyse(points, None, None, None, evidence=evidence)
+    first = result.table.iloc[0]
+    assert first["trust_metrics"]["throughput"]["level"] == "trusted"
+    assert first["trust_metrics"]["ttft_p95"]["level"] == "untrusted"
+    assert first["trust_metrics"]["ttft_p95"]["reasons"] == [
+        "P95 rests on 3 requests, 0.15 of them beyond it: it is the largest value seen, not a P95."]
+    assert first["trust"] == "trusted"  # without an SLO the working point reads throughput alone
+    spec = linked_charts(result.table, result)
+    panels = grid_panels(spec)
+
+    def drawn(panel: str, series: str) -> list[tuple[float, bool]]:
+        """(x, filled) of each point mark of one series, by the filter of the layer that draws it."""
+        marks = [layer for layer in layers_of(panels[panel]) if isinstance(layer["mark"], dict)
+                 and layer["mark"]["type"] == "point" and "filled" in layer["mark"] and layer.get("transform")]
+        found = []
+        for layer in marks:
+            hollow_only = "=== 'untrusted'" in layer["transform"][0]["filter"]
+            rows = spec["datasets"][layer["data"]["name"]]
+            found += [(row["x"], not hollow_only) for row in rows if row["series"] == series
+                      and (row.get("trust") == "untrusted") == hollow_only]
+        return sorted(found)
+
+    assert drawn("throughput", "measured") == [(1.0, True), (8.0, True)]
+    assert drawn("latency", "TTFT P95") == [(1.0, False), (8.0, True)]
+    with_slo = analyse(points, None, None, SLO("ttft", 95, 1000), evidence=evidence)
+    assert with_slo.table["trust"].tolist() == ["untrusted", "trusted"]  # the SLO's P95 is what the rule reads
+    assert with_slo.working_point.x == 8
+
+
+def test_the_report_json_gives_trust_as_an_object_per_metric_with_the_worst_beside_it() -> None:
+    points, evidence = steady_batch_one()
+    record = analyse(points, None, None, None, evidence=evidence).to_dict()["points"][0]
+    assert record["trust"]["throughput"]["level"] == "trusted" and record["trust"]["e2e_p95"]["level"] == "untrusted"
+    assert record["trust_worst"] == {"level": "untrusted", "metrics": ["ttft_p95", "e2e_p95"]}
+    assert not any(key.startswith("trust_") and key not in ("trust_worst", "trust_working_point", "trust_sentence")
+                   for key in record)
 
 
 def test_cost_per_million_tokens_at_every_point_and_the_working_point() -> None:

@@ -52,28 +52,52 @@ class SLOCall:
     notes: list[str] = field(default_factory=list)
 
 
+def direction(curve: pd.DataFrame, slo: SLO) -> str:
+    """ "grows" or "falls": which way the SLO's latency goes along the axis, read from the points (the
+    sign of the sum of its steps). It grows with batch size, concurrency or arrival rate; along
+    max_num_seqs at a fixed rate it falls (more slots, less queueing)."""
+    latency = curve[slo.column].dropna() if slo.column in curve else pd.Series(dtype=float)
+    steps = latency.diff().dropna()
+    return "falls" if len(steps) and (steps < 0).sum() > (steps > 0).sum() else "grows"
+
+
+def along(axis: SweepAxis, way: str) -> str:
+    """ "latency grows along batch", said once in each sentence that depends on it."""
+    return f"latency {way} along {axis.noun}"
+
+
 def slo_limit(curve: pd.DataFrame, slo: SLO, axis: SweepAxis = BATCH) -> SLOCall:
-    """The largest ok x whose chosen latency percentile meets the SLO, with one sentence why."""
+    """Where the SLO stops being met, with one sentence why: the largest ok x that meets it when latency
+    grows along the axis, the smallest when it falls."""
     if slo.column not in curve.columns or curve[slo.column].isna().all():
         return SLOCall(None, [f"No point reports {slo.name} latency ({slo.column}), so the SLO cannot be checked."])
     meets = slo.meets(curve)
+    way = direction(curve, slo)
+    grows = way == "grows"
     if not meets.any():
-        first = curve.iloc[0]
-        return SLOCall(None, [f"No {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO: even the smallest, "
-                              f"{axis.at(first['x'])}, takes {num(first[slo.column])} ms."])
-    limit_index = int(meets[meets].index.max())
+        best = curve.iloc[0 if grows else -1]
+        return SLOCall(None, [f"No {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO ({along(axis, way)}): even "
+                              f"the {'smallest' if grows else 'largest'}, {axis.at(best['x'])}, takes "
+                              f"{num(best[slo.column])} ms."])
+    limit_index = int(meets[meets].index.max() if grows else meets[meets].index.min())
     point = curve.iloc[limit_index]
     x = point["x"]
-    if limit_index == len(curve) - 1:
-        sentence = (f"Every measured {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO, up to the largest, "
-                    f"{axis.at(x)} ({num(point[slo.column])} ms), so the SLO limit is at least {axis.value(x)}.")
+    edge = len(curve) - 1 if grows else 0
+    word, beyond = ("largest", limit_index + 1) if grows else ("smallest", limit_index - 1)
+    if limit_index == edge:
+        sentence = (f"Every measured {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO, "
+                    f"{'up to the largest' if grows else 'down to the smallest'}, {axis.at(x)} "
+                    f"({num(point[slo.column])} ms; {along(axis, way)}), so the SLO limit is at "
+                    f"{'least' if grows else 'most'} {axis.value(x)}.")
     else:
-        nxt = curve.iloc[limit_index + 1]
-        sentence = (f"{axis.at_start(x)} is the largest whose {slo.name} latency ({num(point[slo.column])} ms) "
-                    f"meets the {num(slo.ms)} ms SLO; {axis.at(nxt['x'])} takes {num(nxt[slo.column])} ms.")
+        nxt = curve.iloc[beyond]
+        sentence = (f"{axis.at_start(x)} is the {word} whose {slo.name} latency ({num(point[slo.column])} ms) "
+                    f"meets the {num(slo.ms)} ms SLO; {axis.at(nxt['x'])} takes {num(nxt[slo.column])} ms "
+                    f"({along(axis, way)}).")
     notes = []
-    missed_below = curve["x"][~meets & (curve.index < limit_index)].tolist()
-    if missed_below:
-        notes.append(f"Smaller {axis.some} {', '.join(map(axis.value, missed_below))} miss the SLO although "
-                     f"{axis.at(x)} meets it: latency is not monotone here, so check the repeats.")
+    inside = curve.index < limit_index if grows else curve.index > limit_index
+    missed = curve["x"][~meets & inside].tolist()
+    if missed:
+        notes.append(f"{'Smaller' if grows else 'Larger'} {axis.some} {', '.join(map(axis.value, missed))} miss the "
+                     f"SLO although {axis.at(x)} meets it: latency is not monotone here, so check the repeats.")
     return SLOCall(Marker(x, "SLO limit", sentence), notes)

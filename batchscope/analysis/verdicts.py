@@ -114,8 +114,13 @@ def _summary(verdicts: dict[str, dict], reads: list[str]) -> dict[str, str]:
     level = max((v["level"] for v in read.values()), key=LEVELS.index, default="trusted")
     if level == "trusted":
         return {"trust": level, "trust_sentence": f"Trusted for {', '.join(map(metric_name, read))}."}
-    named = [f"{metric_name(m)}: {v['reasons'][0].rstrip('.')}" for m, v in read.items() if v["level"] == level]
+    named = [f"{_capital(metric_name(m))}: {v['reasons'][0].rstrip('.')}" for m, v in read.items()
+             if v["level"] == level]
     return {"trust": level, "trust_sentence": "; ".join(named) + "."}
+
+
+def _capital(text: str) -> str:
+    return text[0].upper() + text[1:]
 
 
 def _throughput(point: pd.Series, evidence: pd.Series | None) -> list[Finding]:

@@ -1,13 +1,15 @@
 """The recommended batch (or rate, …): the largest at or before the plateau that is within the SLO."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 
 from batchscope.analysis.axis import BATCH, SweepAxis
 from batchscope.analysis.curve import tok_s
 from batchscope.analysis.knee import PlateauCall
 from batchscope.analysis.marker import Marker, num
-from batchscope.analysis.slo import SLO
+from batchscope.analysis.slo import SLO, along, direction
 
 
 def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
@@ -16,12 +18,16 @@ def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
 
     When noise leaves the plateau undecided, `plateau.limit` is the latest batch it can start at
     and that is the bound (see `knee.plateau`). `ceiling` (the x that ran out of memory past the last
-    ok point) is named instead of advice to try larger batches. An untrusted point (analysis.trust) is
-    passed over for the largest trusted one that qualifies, and the sentence says so; when none is
-    trusted, the rule's pick stands and its sentence says it is untrusted.
+    ok point) is named instead of advice to try larger batches. Where latency falls along the axis
+    (max_num_seqs at a fixed rate) the rule turns round: see `_falling`. A point whose verdict on the
+    metrics the rule reads is untrusted (`trust`, analysis.verdicts) is passed over for the best trusted
+    one that qualifies, and the sentence says so; when none is trusted, the rule's pick stands and its
+    sentence says it is untrusted.
     """
     if curve.empty:
         return None, ["No ok point, so there is no working point."]
+    if slo is not None and slo.column in curve.columns and direction(curve, slo) == "falls":
+        return _falling(curve, plateau, slo, axis)
     allowed = pd.Series(True, index=curve.index)
     if plateau.limit is not None:
         allowed &= curve["x"] <= plateau.limit
@@ -30,20 +36,47 @@ def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
     if not allowed.any():
         return None, [f"No working point: no {axis.noun} at or before the plateau meets the {num(slo.ms)} ms "
                       f"{slo.name} SLO."]
-    point = curve.loc[allowed[allowed].index.max()]
-    x = point["x"]
+    return _trusted(curve, allowed, "largest", lambda point: _why(point, point["x"], curve, plateau, slo, axis,
+                                                                  ceiling), axis), []
+
+
+def _falling(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO, axis: SweepAxis) -> tuple[Marker | None, list[str]]:
+    """Latency falls along the axis, so every value past the SLO limit meets it: the smallest that meets
+    it at or past the plateau's start (more adds no throughput, only memory); with no plateau, or none
+    past it meeting the SLO, the largest that meets it (the most throughput within the SLO)."""
+    meets = slo.meets(curve)
+    if not meets.any():
+        return None, [f"No working point: no {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO, although "
+                      f"{along(axis, 'falls')}."]
+    past = meets & (curve["x"] >= plateau.limit) if plateau.limit is not None else meets & False
+    allowed, prefer = (past, "smallest") if past.any() else (meets, "largest")
+
+    def why(point: pd.Series) -> str:
+        reason = (f"the smallest {axis.noun} at or past the plateau's start ({axis.value(plateau.limit)}) whose "
+                  if prefer == "smallest" else f"the largest {axis.noun} whose ")
+        return (f"{axis.at_start(point['x'])} is recommended: {along(axis, 'falls')} here, so it is {reason}"
+                f"{slo.name} latency ({num(point[slo.column])} ms) meets the {num(slo.ms)} ms SLO "
+                f"({tok_s(point['output_tokens_per_s'])}).")
+    return _trusted(curve, allowed, prefer, why, axis), []
+
+
+def _trusted(curve: pd.DataFrame, allowed: pd.Series, prefer: str, why: Callable[[pd.Series], str],
+             axis: SweepAxis) -> Marker:
+    """The `prefer` (largest or smallest) allowed point, or, when its verdict is untrusted, the same pick
+    among the trusted ones, naming the untrusted one and why."""
+    pick = allowed[allowed].index.max() if prefer == "largest" else allowed[allowed].index.min()
+    point = curve.loc[pick]
     if point.get("trust") != "untrusted":
-        return Marker(x, "working point", _why(point, x, curve, plateau, slo, axis, ceiling)), []
+        return Marker(point["x"], "working point", why(point))
     trusted = allowed & curve["trust"].ne("untrusted")
     if not trusted.any():
-        why = _why(point, x, curve, plateau, slo, axis, ceiling)
-        return Marker(x, "working point", f"{why} Its measurement is untrusted, and no trusted {axis.noun} "
-                                          f"qualifies: {point['trust_sentence']}"), []
-    safe = curve.loc[trusted[trusted].index.max()]
+        return Marker(point["x"], "working point", f"{why(point)} Its measurement is untrusted, and no trusted "
+                                                   f"{axis.noun} qualifies: {point['trust_sentence']}")
+    safe = curve.loc[trusted[trusted].index.max() if prefer == "largest" else trusted[trusted].index.min()]
     return Marker(safe["x"], "working point", (
-        f"{axis.at_start(safe['x'])} is recommended ({tok_s(safe['output_tokens_per_s'])}): {axis.at(x)} qualifies "
-        f"but its measurement is untrusted ({point['trust_sentence'].rstrip('.')}), and {axis.value(safe['x'])} is "
-        f"the largest trusted {axis.noun} at or before it.")), []
+        f"{axis.at_start(safe['x'])} is recommended ({tok_s(safe['output_tokens_per_s'])}): {axis.at(point['x'])} "
+        f"qualifies but its measurement is untrusted ({point['trust_sentence'].rstrip('.')}), and "
+        f"{axis.value(safe['x'])} is the {prefer} trusted {axis.noun} that qualifies."))
 
 
 def _why(point: pd.Series, x: float, curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
