@@ -11,9 +11,9 @@ from batchscope.analysis import SLO
 from batchscope.analysis.cost import device_type
 from batchscope.analysis.marker import pct
 from batchscope.analysis.regression import NOISE_FLOOR
-from batchscope.ui import answers_view, history_view, resources, tables
+from batchscope.ui import answers_view, history_view, overlay_compare, overlay_url, resources, tables
 from batchscope.ui.plain_text import plain
-from batchscope.ui.slo_control import latency_choice, slo_control
+from batchscope.ui.slo_control import Keys, latency_choice, slo_control
 
 st.title("History")
 store = resources.store()
@@ -71,11 +71,16 @@ def show_regressions() -> None:
 
 st.subheader("Compare runs")
 labels_all = history_view.overlay_labels(runs, runs["run_id"].tolist())
+slo_keys = Keys.of("history_slo")
+overlay_url.restore(st.session_state, st.query_params, slo_keys.published)
+overlay_url.adopt(st.session_state, st.query_params, list(labels_all), "overlay_runs", slo_keys.metric,
+                  slo_keys.percentile)
 picked = st.multiselect("Runs to overlay (one colour each; click the legend to single one out)",
                         list(labels_all), format_func=labels_all.get, key="overlay_runs",
                         max_selections=history_view.MAX_OVERLAY)
-slo = slo_control("history_slo", default=SLO("itl", 95, 50.0))
+slo = slo_control("history_slo", default=SLO("itl", 95, 50.0), url=True)
 metric, percentile = latency_choice("history_slo")
+overlay_url.publish(st.session_state, st.query_params, picked, metric, percentile)
 if picked:
     problem = history_view.overlay_problem(picked)
     overlay = {} if problem else history_view.overlay_runs({rid: labels_all[rid] for rid in picked},
@@ -100,9 +105,11 @@ if picked:
         st.markdown("**What each ran on**: compare runs only with these in view.")
         st.dataframe(history_view.fingerprints(overlay), hide_index=True, width="stretch")
         st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")
+        for line in overlay_compare.lacking_words(overlay) + list(filter(None, [overlay_compare.compared(overlay)[1]])):
+            st.caption(plain(line))
         prices = {label: answers_view.stored_price(store, device_type(data.run)) for label, data in overlay.items()}
-        side_by_side = history_view.comparison_table(overlay, prices)
-        st.dataframe(side_by_side, hide_index=True, width="stretch", column_config=tables.column_config(side_by_side))
+        side_by_side = history_view.comparison_display(history_view.comparison_table(overlay, prices, metric))
+        st.dataframe(side_by_side, hide_index=True, width="stretch")
         st.altair_chart(charts.memory_split_by_run({label: data.split for label, data in overlay.items()}),
                         width="content")
         for label, data in overlay.items():

@@ -8,12 +8,15 @@ from pathlib import Path
 import pandas as pd
 
 from batchscope.analysis.cost import with_cost
-from batchscope.analysis.trust import BADGES
+from batchscope.analysis.marker import Marker
+from batchscope.analysis.slo import METRIC_NAMES
 from batchscope.ingest import ingest_run
 from batchscope.jobs import settle_if_runner_gone
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
+from batchscope.ui.overlay_compare import at_point, compared
 from batchscope.ui.run_view import RunData
+from batchscope.ui.tables import decimals
 
 FILTER_COLUMNS = {"model": "model", "dtype": "dtype", "gpu": "GPU / device", "engine": "engine",
                   "state": "status"}
@@ -129,12 +132,16 @@ def device_problem(overlay: dict[str, RunData]) -> str | None:
             f"not their numbers.")
 
 
-def comparison_table(overlay: dict[str, RunData], prices: dict[str, float | None] | None = None) -> pd.DataFrame:
+def comparison_table(overlay: dict[str, RunData], prices: dict[str, float | None] | None = None,
+                     latency: str = "itl") -> pd.DataFrame:
     """One row per overlaid run: where its knee markers fall, its best throughput, its weights and the
     largest point that fit — the side-by-side a bfloat16 vs fp8 (or fast vs hf-generate) question needs —
-    and at its working point the cost per 1M output tokens (at `prices`, by label: each run's GPU type's
-    price per GPU-hour), energy per token and throughput per GPU, so TP vs replicas compare in money too."""
+    and at its working point the throughput, P95 `latency`, cost per 1M output tokens (at `prices`, by
+    label: each run's GPU type's price per GPU-hour), energy per token and throughput per GPU, so TP vs
+    replicas compare in money too. Markers are read over the values every run measured when the runs'
+    values differ (overlay_compare.compared)."""
     rows = []
+    markers, _ = compared(overlay)
     for label, data in overlay.items():
         analysis, table = data.analysis, data.table
         axis = analysis.axis
@@ -143,40 +150,59 @@ def comparison_table(overlay: dict[str, RunData], prices: dict[str, float | None
         oom = table[table["status"] == "oom"]
         weights = ok["mem_weights"].dropna() if "mem_weights" in ok else pd.Series(dtype=float)
         marker = {name: "—" if found is None else axis.value(found.x) for name, found in (
-            ("plateau", analysis.plateau), ("Kneedle", analysis.kneedle), ("working point", analysis.working_point))}
+            ("plateau", markers[label].plateau), ("Kneedle", markers[label].kneedle),
+            ("working point", markers[label].working_point))}
         rows.append({  # key columns first: the answer (best, working point, limits), then the detail
             "run": label,
             "best output tok/s": None if best is None else float(best["output_tokens_per_s"]),
             "best at": "—" if best is None else axis.value(best["x"]),
             "working point": marker["working point"],
+            **_at_working_point(data, markers[label].working_point, (prices or {}).get(label), latency),
             "weights GiB": float(weights.median()) / GiB if not weights.empty else None,
             "largest that ran": "—" if ok.empty else axis.value(ok["x"].max()),
             "first OOM": "—" if oom.empty else axis.value(oom["x"].min()),
             "plateau": marker["plateau"], "Kneedle": marker["Kneedle"],
             "decode step ms (first point)": None if ok.empty else _number(ok.iloc[0].get("decode_step_ms")),
-            **_working_point_cost(data, (prices or {}).get(label)),
             "axis": axis.noun,
         })
     return pd.DataFrame(rows)
 
 
-def _working_point_cost(data: RunData, price: float | None) -> dict[str, object]:
-    """Cost per 1M output tokens, J per output token, output tok/s per GPU and trust at the working point."""
-    marker = data.analysis.working_point
-    table = data.table
-    rows = table[(table["status"] == "ok") & (table["x"] == marker.x)] if marker is not None else table.iloc[:0]
-    if rows.empty:
-        return {"cost / 1M tok at working point": None, "J / token at working point": None,
-                "tok/s per GPU at working point": None, "working point trust": "—"}
-    point = with_cost(rows, price).iloc[0]
-    return {"cost / 1M tok at working point": _number(point["cost_per_mtok"]),
+def comparison_display(table: pd.DataFrame) -> pd.DataFrame:
+    """The side by side as shown: numbers at the decimals their column deserves, and an empty cell, never
+    "None" or a dash, where a run has no value."""
+    shown = table.copy()
+    for column in shown.columns:
+        values = shown[column]
+        if values.map(lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))).all():
+            places = decimals(pd.to_numeric(values, errors="coerce"))
+            shown[column] = [f"{float(v):,.{places}f}" if _number(v) is not None else "" for v in values]
+        else:
+            shown[column] = ["" if v is None or v == "—" or (isinstance(v, float) and pd.isna(v)) else str(v)
+                             for v in values]
+    return shown
+
+
+def _at_working_point(data: RunData, marker: Marker | None, price: float | None, latency: str) -> dict[str, object]:
+    """Throughput, P95 latency, cost per 1M output tokens, J per output token, output tok/s per GPU and
+    the verdict at the working point."""
+    name = f"P95 {METRIC_NAMES[latency]} ms at working point"
+    point = at_point(data, marker)
+    if point is None:
+        return {"output tok/s at working point": None, name: None, "cost / 1M tok at working point": None,
+                "J / token at working point": None, "tok/s per GPU at working point": None,
+                "working point trust": "—"}
+    costed = with_cost(point.to_frame().T, price).iloc[0]
+    return {"output tok/s at working point": _number(point["output_tokens_per_s"]),
+            name: _number(point.get(f"{latency}_ms_p95")),
+            "cost / 1M tok at working point": _number(costed["cost_per_mtok"]),
             "J / token at working point": _number(point.get("energy_per_output_token_j")),
-            "tok/s per GPU at working point": _number(point["output_tokens_per_s_per_gpu"]),
-            "working point trust": BADGES.get(point.get("trust"), "—")}
+            "tok/s per GPU at working point": _number(costed["output_tokens_per_s_per_gpu"]),
+            "working point trust": point.get("trust") or "—"}
 
 
 def _number(value: object) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)
+    return None if value is None or isinstance(value, str) or pd.isna(value) else float(value)
 
 
 def overlay_runs(labels: dict[str, str], load: Callable[[str], RunData | None]) -> dict[str, RunData]:
