@@ -54,7 +54,9 @@ def judge(point: pd.Series, evidence: pd.Series | None) -> dict[str, list[Findin
                     percentile_finding(samples, p, "inter-token gaps" if name == "itl" else "requests")]
                 found[f"{name}_p{p}"] = sample + shared
     if known(point.get("mem_peak_allocated")):
-        found[MEMORY] = [f for f in shared if f.check == "other processes"]
+        found[MEMORY] = [Finding("memory read", "trusted", "Memory is the allocator's peak, read, not timed: "
+                                                           "no timing check concerns it.")]
+        found[MEMORY] += [f for f in shared if f.check == "other processes"]
     return found
 
 
@@ -63,7 +65,8 @@ def level_of(found: list[Finding]) -> dict[str, object]:
     or, when all pass, the main check's sentence."""
     level = max((f.level for f in found), key=LEVELS.index, default="trusted")
     doubtful = sorted((f for f in found if f.level != "trusted"), key=lambda f: -LEVELS.index(f.level))
-    reasons = [f.sentence for f in doubtful] or [f.sentence for f in found[:1]]
+    reasons = ([f.sentence for f in doubtful] or [f.sentence for f in found[:1]]
+               or ["No check applies to it in what this run recorded."])
     return {"level": level, "reasons": reasons}
 
 
