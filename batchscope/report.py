@@ -197,7 +197,7 @@ def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) 
     along = [] if axis.key in ("batch_size", "max_num_seqs") else [axis.noun]  # the bound column is the axis
     limit = "batch" if axis.key == "batch_size" else "max_num_seqs"  # the batch bound of each point
     costed = "cost_per_mtok" in table and table["cost_per_mtok"].notna().any()
-    header = (along + [limit, "status", "trust", "out tok/s (min–max)", "decode step ms", "roofline ms",
+    header = (along + [limit, "status", "trust", "out tok/s (± or min–max)", "decode step ms", "roofline ms",
                        "% of roofline", "bound"]
               + [label for _, label in latency] + ["peak alloc GiB", "J / out token"]
               + (["cost / 1M out tok"] if costed else []))
@@ -226,8 +226,11 @@ def _status(point: pd.Series) -> str:
 
 
 def _spread(point: pd.Series) -> str:
+    """The throughput with its 95 % interval (a run measured until known) or its repeats' range (older)."""
     low, high = point.get("output_tokens_per_s_min"), point.get("output_tokens_per_s_max")
     median = _cell(point.get("output_tokens_per_s"))
+    if not _missing(point.get("tokens_per_s_interval")):
+        return f"{median} (± {pct(float(point['tokens_per_s_interval']), 1)})"
     if _missing(low) or _missing(high):
         return median
     return f"{median} ({num(low)}–{num(high)})"

@@ -68,7 +68,7 @@ def test_tokens_host_clock_and_processes() -> None:
     assert clock_finding(1980, 1980, "sw_power_cap", 0.003).level == "trusted"
     # a 14 % drop under the power cap with replays 0.3 % apart: power management, not a fault
     steady = clock_finding(1700, 1980, "sw_power_cap", 0.003)
-    assert steady.level == "trusted" and "power management, not a throttle" in steady.sentence
+    assert steady.level == "trusted" and "read as power management" in steady.sentence
     # the same drop while the same requests ran 8 % apart: the clock shows in the step times
     assert clock_finding(1700, 1980, "sw_power_cap", 0.08).level == "caution"
     assert clock_finding(1900, 1980, "hw_thermal,sw_power_cap", 0.0).level == "untrusted"

@@ -162,12 +162,14 @@ def clock_finding(low: float, high: float, reasons: str | None, noise: float | N
                                                 f"its SM clock ran {num(low)}–{num(high)} MHz.")
     if drop > CLOCK_DROP and noise is not None and noise > SPREAD_CAUTION:
         return Finding("SM clock", "caution", f"The SM clock fell {pct(drop)} during the repeats "
-                                              f"({num(high)} → {num(low)} MHz){because} while the same work ran "
-                                              f"{pct(noise, 1)} apart: the clock change shows in the step times.")
+                                              f"({num(high)} → {num(low)} MHz){because} while the same requests "
+                                              f"replayed ran {pct(noise, 1)} apart: the clock change shows in the "
+                                              f"step times.")
     if drop > CLOCK_DROP:
-        steady = "" if noise is None else f", and the same work repeated within {pct(noise, 1)}"
+        steady = (", and no replay was recorded to show whether the step times moved" if noise is None
+                  else f", and the same requests replayed ran within {pct(noise, 1)}")
         return Finding("SM clock", "trusted", f"The SM clock moved {num(low)}–{num(high)} MHz{because}{steady}: "
-                                              f"power management, not a throttle.")
+                                              f"NVML names no throttle, so it is read as power management.")
     return Finding("SM clock", "trusted", f"The SM clock held at {num(low)}–{num(high)} MHz.")
 
 

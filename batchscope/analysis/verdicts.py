@@ -9,8 +9,6 @@ its worst check; `trust`, the point's summary, is the worst over the metrics the
 """
 from __future__ import annotations
 
-import statistics
-
 import pandas as pd
 
 from batchscope.analysis.trust import (LEVELS, Finding, clock_finding, drift_finding, host_finding,
@@ -155,18 +153,16 @@ def _shared(point: pd.Series, evidence: pd.Series | None) -> list[Finding]:
     if known(point.get("sm_clock_mhz_min")) and known(point.get("sm_clock_mhz_max")):
         reasons = point.get("clock_reasons")
         found.append(clock_finding(float(point["sm_clock_mhz_min"]), float(point["sm_clock_mhz_max"]),
-                                   reasons if isinstance(reasons, str) else None, _noise(point, evidence)))
+                                   reasons if isinstance(reasons, str) else None, _noise(point)))
     if known(point.get("gpu_processes_max")) and int(point["gpu_processes_max"]) > 0:
         found.append(processes_finding(int(point["gpu_processes_max"]), 1))
     return found
 
 
-def _noise(point: pd.Series, evidence: pd.Series | None) -> float | None:
-    """How far the same work ran apart: the replays' spread, else (an older run) the repeats' spread."""
-    if known(point.get("replay_spread")):
-        return float(point["replay_spread"])
-    tput = _repeat_tput(point, evidence)
-    return (max(tput) - min(tput)) / statistics.median(tput) if len(tput) > 1 else None
+def _noise(point: pd.Series) -> float | None:
+    """How far the same requests replayed ran apart; None for an older run, whose repeats were new draws,
+    so their spread is workload variance and says nothing of the step times."""
+    return float(point["replay_spread"]) if known(point.get("replay_spread")) else None
 
 
 def _repeat_tput(point: pd.Series, evidence: pd.Series | None) -> list[float]:

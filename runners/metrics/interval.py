@@ -98,6 +98,29 @@ class StepModel:
         return sum(output_lens) / wall_ms * 1000.0
 
 
-def host_predictions(model: StepModel, lengths: Callable[[int], tuple[list[int], list[int]]]) -> list[float]:
-    """The model's throughput over HOST_DRAWS draws; `lengths(draw)` gives a draw's prompt and output lengths."""
-    return [model.tokens_per_s(*lengths(HOST_BASE + k)) for k in range(HOST_DRAWS)]
+Lengths = Callable[[int], tuple[list[int], list[int]]]  # a draw's number → its prompt and output lengths
+
+
+def host_draws(lengths: Lengths) -> list[tuple[list[int], list[int]]]:
+    """The HOST_DRAWS draws the model is averaged over: drawn once a point, as its requests would be."""
+    return [lengths(HOST_BASE + k) for k in range(HOST_DRAWS)]
+
+
+@dataclass(frozen=True)
+class StaticDraw:
+    """What the model reads of one measured static batch: its lengths, prefill time and throughput."""
+
+    prompt_lens: list[int]
+    output_lens: list[int]
+    prefill_ms: float
+    tokens_per_s: float
+
+
+def static_interval(draws: Sequence[StaticDraw], step_ms: Sequence[float],
+                    host: Sequence[tuple[list[int], list[int]]]) -> Interval:
+    """The `model` method for a static point: the step model fitted to its measured draws and decode steps,
+    averaged over the `host` draws (host_draws), corrected by each measured draw's ratio to it."""
+    model = StepModel.fit([(len(d.prompt_lens), max(d.prompt_lens), d.prefill_ms) for d in draws], step_ms)
+    predicted = [model.tokens_per_s(d.prompt_lens, d.output_lens) for d in draws]
+    host_tput = [model.tokens_per_s(prompts, outputs) for prompts, outputs in host]
+    return by_model([d.tokens_per_s for d in draws], predicted, host_tput)

@@ -2,10 +2,11 @@
 together (DESIGN §2)."""
 from __future__ import annotations
 
+import functools
 import time
 
 from runners import workload
-from runners.metrics.interval import Interval, StepModel, by_draws, by_model, host_predictions
+from runners.metrics.interval import Interval, StaticDraw, by_draws, host_draws, static_interval
 from runners.metrics.replicated import batch_repeat
 from runners.metrics.static import StaticRepeat, summarise
 from runners.metrics.summary import Summary
@@ -42,14 +43,17 @@ class StaticRun:
     def interval(self, draws: list[StaticRepeat]) -> Interval:
         """The step-time model's expectation over host draws, checked against each measured draw; with
         replicas each replica pads to its own share, which the model does not see, so draws alone."""
-        tput = [rep.row["output_tokens_per_s"] for rep in draws]
         if self.ctx.spec.replicas > 1:
-            return by_draws(tput)
-        model = StepModel.fit([(r.batch.size, max(r.batch.prompt_lens), r.row["prefill_ms"]) for r in draws],
-                              [s["duration_ms"] for r in draws for s in r.steps if s["phase"] == "decode"])
-        predicted = [model.tokens_per_s(r.batch.prompt_lens, r.batch.output_lens) for r in draws]
-        return by_model(tput, predicted,
-                        host_predictions(model, lambda k: self.ctx.spec.request_lengths(self.size, k)))
+            return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
+        return static_interval([StaticDraw(r.batch.prompt_lens, r.batch.output_lens, r.row["prefill_ms"],
+                                           r.row["output_tokens_per_s"]) for r in draws],
+                               [s["duration_ms"] for r in draws for s in r.steps if s["phase"] == "decode"],
+                               self.host)
+
+    @functools.cached_property
+    def host(self) -> list[tuple[list[int], list[int]]]:
+        """The lengths the model is averaged over, drawn once for the point."""
+        return host_draws(lambda k: self.ctx.spec.request_lengths(self.size, k))
 
     def summarise(self, repeats: list[StaticRepeat]) -> Summary:
         return summarise(self.index, self.size, repeats, self.ctx.spec.warmup)
