@@ -120,9 +120,11 @@ def show_results(data: run_view.RunData, progress: dict) -> None:
     shown = run_view.points_display(with_cost(data.table, price))
     st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
     with st.expander("How each point's trust is judged", expanded=False):
-        st.caption("A point's badge is its worst check; its sentence is that check's. Checks whose data this run "
-                   "did not record are left out. Untrusted points are drawn hollow, and the working point passes "
-                   "over them for the largest trusted one, saying so.")
+        st.caption("Each metric of a point (throughput, every latency percentile, memory) gets its own verdict: "
+                   "its worst check, with the reasons beside the numbers in the table and in each chart's tooltip. "
+                   "Checks whose data this run did not record are left out. A point is drawn hollow on the chart "
+                   "of a metric whose verdict is untrusted; the working point passes over a point whose throughput "
+                   "or SLO latency is untrusted, saying so.")
         st.dataframe(answers_view.rules_table(), hide_index=True, width="stretch")
     for line in run_view.failures(data.table, data.analysis.axis) + run_view.request_failures(data.table,
                                                                                              data.analysis.axis):

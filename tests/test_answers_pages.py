@@ -26,10 +26,14 @@ def test_run_page_shows_trust_rules_and_cost_at_the_price_set_for_its_device(hom
     no_traceback(page)
     assert "Trust: " in " ".join(texts(page, "caption"))
     table = page.dataframe[0].value
-    assert set(table["trust"]) <= {"trusted", "caution", "untrusted"} and table["why (trust)"].notna().all()
+    # each verdict beside the numbers it concerns, in words
+    assert table["throughput verdict"].str.match(r"(trusted|caution|untrusted): Throughput ").all()
+    assert table["latency verdict"].notna().all()
+    assert list(table.columns).index("throughput verdict") == list(table.columns).index("output tok/s") + 2
     assert "cost / 1M output tokens" not in table  # no price set yet
     rules = page.dataframe[1].value
-    assert "percentile sample" in rules["check"].tolist() and rules["rule and threshold"].str.len().min() > 40
+    assert {"percentile sample", "throughput interval", "measurement noise"} <= set(rules["check"])
+    assert rules["rule and threshold"].str.len().min() > 40
     page.number_input(key="gpu_hour_price_cpu").set_value(3.6).run()
     no_traceback(page)
     assert store.setting("gpu_hour_price:cpu") == "3.6"

@@ -327,9 +327,20 @@ def test_overlay_marker_labels_name_the_marker_not_the_run_and_say_it_once() -> 
     tables = {f"a long run label {i}": summary_table(points=6, oom_from=32) for i in range(2)}
     spec = charts.overlay_charts(tables, {k: analyse(t, None, None) for k, t in tables.items()})
     texts = [row["label"] for panel in grid_panels(spec).values() for layer in layers_of(panel)
-             if mark_type(layer) == "text" and layer["encoding"].get("color", {}).get("field") == "kind"
+             if mark_type(layer) == "text" and layer["encoding"].get("color", {}).get("field") == "run"
              for row in spec["datasets"][layer["data"]["name"]]]
     assert sorted(texts) == ["OOM", "working point"]
+
+
+def test_every_mark_of_an_overlaid_run_takes_that_runs_one_colour() -> None:
+    tables = {"bf16": summary_table(points=6, oom_from=32), "fp8": summary_table(points=6)}
+    spec = charts.overlay_charts(tables, {k: analyse(t, None, None) for k, t in tables.items()})
+    scales = [layer["encoding"]["color"]["scale"] for panel in [*grid_panels(spec).values()]
+              for layer in layers_of(panel) if layer["encoding"].get("color", {}).get("field") == "run"]
+    rules = [layer for layer in layers_of(grid_panels(spec)["throughput"]) if mark_type(layer) == "rule"
+             and layer["encoding"].get("color", {}).get("field") == "run"]
+    assert rules, "the working point and OOM rules are coloured by run"
+    assert scales and all(scale == {"domain": ["bf16", "fp8"], "range": ["#4c78a8", "#f58518"]} for scale in scales)
 
 
 def test_a_roofline_near_the_measured_curve_keeps_its_full_height() -> None:

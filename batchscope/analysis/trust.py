@@ -18,7 +18,6 @@ from batchscope.analysis.marker import num, pct
 from runners.metrics.interval import t95
 
 LEVELS = ("trusted", "caution", "untrusted")
-BADGES = {"trusted": "trusted", "caution": "caution", "untrusted": "untrusted"}  # words: every font has them
 INTERVAL_UNTRUSTED = 0.25  # a throughput known no better than ± this is not a number to act on
 NOISY_SPREAD = 0.25  # repeats further apart than this share of their median do not repeat
 SPREAD_CAUTION = 0.05

@@ -110,6 +110,24 @@ def for_json(records: list[dict]) -> list[dict]:
     return out
 
 
+def throughput_words(verdicts: dict[str, dict] | None) -> str | None:
+    """The cell beside a point's throughput: its level and why ("trusted: Throughput 512 tok/s ± 3.1 % …")."""
+    if not verdicts or THROUGHPUT not in verdicts:
+        return None
+    verdict = verdicts[THROUGHPUT]
+    return f"{verdict['level']}: {' '.join(verdict['reasons'])}"
+
+
+def latency_words(verdicts: dict[str, dict] | None) -> str | None:
+    """The cell beside a point's latencies: each percentile not trusted with its first reason, or that every
+    one is trusted."""
+    if not verdicts:
+        return None
+    doubtful = [f"{metric_name(m)} {v['level']} ({v['reasons'][0].rstrip('.')})" for m, v in verdicts.items()
+                if m not in (THROUGHPUT, MEMORY) and v["level"] != "trusted"]
+    return "; ".join(doubtful) if doubtful else "trusted, every percentile"
+
+
 def _summary(verdicts: dict[str, dict], reads: list[str]) -> dict[str, str]:
     read = {m: verdicts[m] for m in reads if m in verdicts}
     level = max((v["level"] for v in read.values()), key=LEVELS.index, default="trusted")

@@ -9,7 +9,7 @@ import pandas as pd
 from batchscope.analysis.axis import SweepAxis, sweep_x
 from batchscope.analysis.cost import parse_price, setting_key
 from batchscope.analysis.regression import Comparison, compare, earlier_matches
-from batchscope.analysis.trust import BADGES, RULES
+from batchscope.analysis.trust import LEVELS, RULES
 from batchscope.store import Store
 from batchscope.ui.run_view import ADDED_FOR, RunData
 
@@ -20,15 +20,16 @@ def rules_table() -> pd.DataFrame:
 
 
 def trust_words(table: pd.DataFrame, axis: SweepAxis) -> str | None:
-    """One line counting the points by badge and naming the ones not trusted, or None without verdicts."""
+    """One line counting the points by the verdict on what the working point reads (throughput, and the SLO's
+    latency), naming the ones not trusted, or None without verdicts."""
     if "trust" not in table or table["trust"].isna().all():
         return None
     judged = table.assign(x=sweep_x(table)).dropna(subset=["trust"]).sort_values("x")
     counts = judged["trust"].value_counts()
-    parts = [f"{counts[level]} {BADGES[level]}" for level in BADGES if level in counts]
+    parts = [f"{counts[level]} {level}" for level in LEVELS if level in counts]
     doubtful = [f"{axis.value(x)} ({level})" for x, level in zip(judged["x"], judged["trust"]) if level != "trusted"]
-    tail = (f": not trusted at {axis.noun} {', '.join(doubtful)} — untrusted points are drawn hollow"
-            if doubtful else "")
+    tail = (f"; below trusted at {axis.noun} {', '.join(doubtful)}. A point is drawn hollow on the chart of each "
+            f"metric whose own verdict is untrusted" if doubtful else "")
     return f"Trust: {', '.join(parts)}{tail}."
 
 

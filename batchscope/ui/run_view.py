@@ -12,7 +12,8 @@ from batchscope.analysis import SLO, Analysis, analyse, memory_split
 from batchscope.analysis.axis import AXES, SweepAxis, sweep_x
 from batchscope.analysis.marker import pct
 from batchscope.analysis.noise import describe_spread
-from batchscope.analysis.trust import BADGES, NOISY_SPREAD
+from batchscope.analysis.trust import NOISY_SPREAD
+from batchscope.analysis.verdicts import latency_words, throughput_words
 from batchscope.backends.ray_cluster import ranks
 from batchscope.store import Store
 from batchscope.ui import tables
@@ -59,13 +60,15 @@ STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device'
 # The points table, key columns first (what was run, how it ended, throughput, latency), units in the headers.
 TABLE_COLUMNS = {
     "arrival_rate": "arrival req/s", "concurrency": "clients", "max_num_seqs": "max_num_seqs",
-    "batch_size": "batch", "status": "status", "trust": "trust", "added_for": "added by refinement",
-    "output_tokens_per_s": "output tok/s",
+    "batch_size": "batch", "status": "status", "added_for": "added by refinement",
+    "output_tokens_per_s": "output tok/s", "tokens_per_s_interval": "± % (95 % interval)",
+    "throughput_verdict": "throughput verdict",
     "output_tokens_per_s_min": "tok/s min", "output_tokens_per_s_max": "tok/s max",
     "ttft_ms_p50": "TTFT P50 ms", "ttft_ms_p95": "TTFT P95 ms", "ttft_ms_p99": "TTFT P99 ms",
     "itl_ms_p50": "ITL P50 ms", "itl_ms_p95": "ITL P95 ms", "itl_ms_p99": "ITL P99 ms",
     "e2e_ms_p50": "E2E P50 ms", "e2e_ms_p95": "E2E P95 ms", "e2e_ms_p99": "E2E P99 ms",
     "queue_ms_p50": "queue P50 ms", "queue_ms_p95": "queue P95 ms", "queue_ms_p99": "queue P99 ms",
+    "latency_verdict": "latency verdict",
     "goodput_rps": "goodput req/s", "goodput_slo": "goodput SLO",
     "decode_step_ms": "decode step ms", "roofline_pct": "% of roofline", "bound": "bound",
     "outlier_steps": "outlier steps (> 5× like steps)",
@@ -80,12 +83,11 @@ TABLE_COLUMNS = {
     "comm_ms_per_step": "all-reduce ms / step", "comm_share": "all-reduce share %",
     "energy_per_output_token_j": "J / output token", "cost_per_mtok": "cost / 1M output tokens",
     "output_tokens_per_s_per_gpu": "output tok/s per GPU", "setup_ms": "setup ms",
-    "trust_sentence": "why (trust)",
 }
 ADDED_FOR = {"slo": "SLO bracket", "knee": "knee bracket"}  # runners.spec.refine.REASONS in words
 BYTE_COLUMNS = ("mem_peak_allocated", "mem_kv_allocated", "rss_bytes_max")  # shown in GiB
 SHARE_COLUMNS = ("prefill_padding_waste", "decode_padding_waste", "comm_share", "kv_occupancy_mean",
-                 "kv_occupancy_max")  # 0..1, shown in %
+                 "kv_occupancy_max", "tokens_per_s_interval")  # 0..1, shown in %
 
 
 def format_duration(seconds: float | None) -> str:
@@ -198,11 +200,14 @@ def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: 
 
 def points_display(table: pd.DataFrame) -> pd.DataFrame:
     """The table of every point that finished, with readable headers and units (sizes in GiB, shares
-    in %, each float column at the decimals its size deserves), its trust badge and whether refinement
-    added it, and its cost when `table` went through cost.with_cost. A point that ran out of memory or
+    in %, each float column at the decimals its size deserves), each verdict beside the numbers it
+    concerns (analysis.verdicts) and whether refinement added it, and its cost when `table` went through cost.with_cost. A point that ran out of memory or
     failed has no measurements, so it gets one line under the table (`failures`) instead of a row of
     empty cells. Columns a run never recorded are left out."""
     table = table[table["status"] == "ok"]
+    if "trust_metrics" in table:
+        table = table.assign(throughput_verdict=table["trust_metrics"].map(throughput_words),
+                             latency_verdict=table["trust_metrics"].map(latency_words))
     columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any() and c != "status"]
     if "sweep_axis" in table and table["sweep_axis"].notna().all():
         columns.remove("batch_size")  # a continuous point's batch_size repeats its limit or its clients
@@ -211,8 +216,7 @@ def points_display(table: pd.DataFrame) -> pd.DataFrame:
     shown = table.assign(x=sweep_x(table)).sort_values("x")
     shown = shown.assign(**{c: shown[c] / GiB for c in BYTE_COLUMNS if c in columns},
                          **{c: shown[c] * 100 for c in SHARE_COLUMNS if c in columns})
-    shown = shown.assign(**{c: shown[c].map(words) for c, words in (("trust", BADGES), ("added_for", ADDED_FOR))
-                            if c in columns})
+    shown = shown.assign(**({"added_for": shown["added_for"].map(ADDED_FOR)} if "added_for" in columns else {}))
     rates = {c: float for c in columns if c.endswith(("tokens_per_s", "per_gpu"))}
     shown = tables.rounded(shown[columns].astype(rates))
     return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
