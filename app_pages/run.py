@@ -46,7 +46,7 @@ percentile = latency_choice("run_slo")[1]
 def show_progress(progress: dict, spec: dict, stored: int) -> None:
     """The live strip: bar, current point, elapsed, ETA and the cancel button, which stays pressed and
     says so until the runner stops."""
-    view = run_view.progress_view(progress, spec.get("repeats"), run_view.point_labels(spec), stored)
+    view = run_view.progress_view(progress, run_view.most_runs(spec), run_view.point_labels(spec), stored)
     st.progress(view.fraction, text=view.headline)
     if view.current:
         st.caption(f"Now: {view.current}")

@@ -189,6 +189,6 @@ def test_live_progress_names_the_point_along_its_axis() -> None:
     current = {"point_index": 1, "batch_size": 8, "stage": "measure", "repeat": 0}
     view = run_view.progress_view({"state": "running", "points_done": 1, "points_total": 2, "current": current},
                                   2, labels)
-    assert view.current == "point 2 · arrival rate 4 req/s · measuring (repeat 1 of 2)"
+    assert view.current == "point 2 · arrival rate 4 req/s · measuring (run 1, at most 2)"
     assert run_view.progress_view({"state": "running", "current": current}, 2).current.startswith("point 2 · batch 8")
     assert run_view.point_labels({"mode": "static", "batch_sizes": [1, 2]}) is None

@@ -110,7 +110,10 @@ def test_durations_and_progress_read_like_sentences() -> None:
                                       "eta_s": 90, "current": {"point_index": 2, "batch_size": 4,
                                                                "stage": "measure", "repeat": 1}}, repeats=3)
     assert running.live and running.fraction == 0.25 and running.headline == "2 of 8 points done"
-    assert running.current == "point 3 · batch 4 · measuring (repeat 2 of 3)"
+    assert running.current == "point 3 · batch 4 · measuring (run 2, at most 3)"
+    # a point measures until known: 6 runs at most by default, never fewer than its draws and replays
+    assert (run_view.most_runs({"repeats": 3}), run_view.most_runs({"repeats": 8, "replays": 1}),
+            run_view.most_runs({})) == (6, 9, None)
     assert (running.elapsed, running.eta) == ("30 s", "1 min 30 s")
     loading = run_view.progress_view({"state": "running", "points_done": 0, "points_total": 3,
                                       "current": {"point_index": None, "batch_size": None, "stage": "load"}})

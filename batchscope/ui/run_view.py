@@ -131,10 +131,17 @@ def point_labels(spec: dict[str, Any] | None) -> list[str] | None:
     return [AXES[point.axis].at(point.value) for point in planned]
 
 
+def most_runs(spec: dict[str, Any]) -> int | None:
+    """The measured runs a point of this stored spec may take (SweepSpec.most_runs), None without repeats."""
+    if "repeats" not in spec:
+        return None
+    return SweepSpec(model="", **{k: spec[k] for k in ("repeats", "replays", "max_draws") if k in spec}).most_runs()
+
+
 def progress_view(progress: dict[str, Any], repeats: int | None = None,
                   labels: list[str] | None = None, stored: int | None = None) -> ProgressView:
     """Words and a 0..1 fraction from JobManager.progress (status.json plus elapsed, ETA, queue place);
-    `labels` name the points (see `point_labels`); `stored` is how many points the history holds, so
+    `repeats` is the most measured runs a point may take (`most_runs`); `labels` name the points (see `point_labels`); `stored` is how many points the history holds, so
     the strip says when the runner is ahead of the charts. The current point is named only while one
     is being measured: after the last, a stale "Now: point 3" would contradict "3 of 3 points done"."""
     state = str(progress.get("state") or "unknown")
@@ -192,8 +199,8 @@ def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: 
     if stage:
         stage_text = STAGE_WORDS.get(stage, str(stage))
         if stage == "measure" and current.get("repeat") is not None:
-            repeat = int(current["repeat"]) + 1
-            stage_text += f" (repeat {repeat}{f' of {repeats}' if repeats else ''})"
+            run = int(current["repeat"]) + 1
+            stage_text += f" (run {run}{f', at most {repeats}' if repeats else ''})"
         words.append(stage_text)
     return " · ".join(words)
 

@@ -48,7 +48,7 @@ class Interval:
         regression check read as its spread), the half-width, the method and the model's worst miss."""
         bounded = math.isfinite(self.half)
         return {"output_tokens_per_s": self.estimate,
-                "output_tokens_per_s_min": self.estimate * (1 - self.half) if bounded else None,
+                "output_tokens_per_s_min": self.estimate * max(0.0, 1 - self.half) if bounded else None,
                 "output_tokens_per_s_max": self.estimate * (1 + self.half) if bounded else None,
                 "tokens_per_s_interval": self.half if bounded else None, "interval_method": self.method,
                 "prediction_error_max": self.prediction_error_max}
