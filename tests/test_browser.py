@@ -235,7 +235,15 @@ def test_tiny_cpu_sweep_from_form_to_linked_charts_and_overlay(page) -> None:
     texts = chart_texts(tab)
     assert sum("browser tiny A" in t for t in texts) >= 1 and sum("browser tiny B" in t for t in texts) >= 1, texts
     assert all(title in texts for title in PANEL_TITLES)
+    tab.get_by_text("lacks batch 4").first.wait_for(timeout=10_000)  # B ran 1, 2: the side by side says so
     shoot(tab, "history-overlay.png")
+    assert "runs=" in tab.url, tab.url  # the overlay is in the URL, so a reload keeps it
+    tab.reload()
+    tab.get_by_role("heading", name="History").wait_for()
+    tab.locator(CHART).first.locator("svg").wait_for(timeout=30_000)
+    settle(tab)
+    texts = chart_texts(tab)
+    assert sum("browser tiny A" in t for t in texts) >= 1 and sum("browser tiny B" in t for t in texts) >= 1, texts
 
 
 SIZES = ((1440, 900), (1920, 1080))
