@@ -14,7 +14,7 @@ import pytest
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
 from runners.metrics.interval import Interval, StepModel, by_draws, by_model
-from runners.modes.draws import outcome, planned, replay_spread, runs
+from runners.modes.draws import outcome, planned, replay_spread, runs, words
 from runners.spec import SweepSpec
 from tests.runner_helpers import REPO, TINY, run_runner
 
@@ -61,6 +61,8 @@ def test_a_point_runs_its_plan_then_draws_until_known_or_a_budget_is_spent() -> 
     # most_runs never undercuts the plan, so a sweep costs at most max(max_draws, repeats + replays) runs
     assert SweepSpec(model="tiny", repeats=8, max_draws=6).most_runs() == 9
     assert replay_spread({made[0]: 100.0, made[1]: 102.0, made[2]: 50.0}) == pytest.approx(0.02 / 1.01)
+    assert words({"tokens_per_s_interval": 0.081, "interval_method": "draws", "draws": 5, "replays": 1,
+                  "budget_spent": "draws"}) == "± 8.1% (draws) over 5 draws and 1 replay; the draw budget ran out first"
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +85,7 @@ def test_a_cpu_sweep_records_draws_replays_and_the_interval_of_every_point(logno
         assert summary["draws"] + summary["replays"] == len(repeats) and summary["requests"] == size * len(repeats)
         assert summary["interval_method"] == "model" and summary["tokens_per_s_interval"] > 0
         assert summary["target_interval"] == 0.05
+        assert f"over {summary['draws']} draws and 1 replay" in (lognormal_run / "log.txt").read_text()
         # known within the target, or a budget ran out and says which, with the interval it reached
         assert (summary["budget_spent"] is None) == (summary["tokens_per_s_interval"] <= 0.05)
         assert summary["output_tokens_per_s_min"] < summary["output_tokens_per_s"] < summary["output_tokens_per_s_max"]

@@ -193,7 +193,7 @@ class PointContext:
                          steps=[s for rep in kept for s in rep.steps], repeats=[rep.row for rep in kept])
         self.folder.write_point(index, parts, summary.row())
         self.folder.log(f"point {index} {point.label}: {summary['status']} "
-                        + (done(summary) if summary.ok else summary["error"]))
+                        + (f"{done(summary)}, {draws.words(summary.row())}" if summary.ok else summary["error"]))
         return summary
 
 

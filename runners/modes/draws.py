@@ -57,3 +57,14 @@ def replay_spread(tput: dict[Run, float]) -> float | None:
     alone, the requests being the same. None without a replay."""
     same = [v for run, v in tput.items() if run.draw == 0]
     return (max(same) - min(same)) / statistics.median(same) if len(same) > 1 else None
+
+
+def words(columns: dict[str, object]) -> str:
+    """The log's account of how a point was measured: "± 1.1 % (model) over 3 draws and 1 replay", and the
+    budget that ran out first, if one did."""
+    half = columns.get("tokens_per_s_interval")
+    known = "no interval" if half is None else f"± {float(half):.1%} ({columns['interval_method']})"
+    replays = columns["replays"]
+    text = f"{known} over {columns['draws']} draws and {replays} replay{'' if replays == 1 else 's'}"
+    spent = columns.get("budget_spent")
+    return text + (f"; the {'draw' if spent == 'draws' else 'time'} budget ran out first" if spent else "")
