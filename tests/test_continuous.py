@@ -172,7 +172,10 @@ def test_cli_continuous_sweep_writes_a_complete_run_folder_and_ingests(tmp_path:
         assert 0 < summary["kv_occupancy_max"] <= 1 and summary["goodput_rps"] > 0
         assert summary["queue_ms_p50"] is not None and summary["ttft_ms_p50"] >= summary["queue_ms_p50"]
         requests = pq.read_table(out / "points" / f"p{index:04d}.requests.parquet").to_pandas()
-        assert len(requests) == 20 and (requests["e2e_ms"] >= requests["ttft_ms"]).all()
+        assert len(requests) == 10 * summary["repeats"] and (requests["e2e_ms"] >= requests["ttft_ms"]).all()
+        # a continuous point's draw is its request set: Student's t over the draws, the first one replayed
+        assert summary["interval_method"] == "draws" and summary["replays"] == 1 and summary["draws"] >= 2
+        assert summary["draws"] + summary["replays"] == summary["repeats"] <= 6
         steps = pq.read_table(out / "points" / f"p{index:04d}.steps.parquet").to_pandas()
         assert (steps["prefill_tokens"] + steps["decode_tokens"] <= 16).all()
         assert set(steps["phase"]) <= {"prefill", "decode", "mixed"}

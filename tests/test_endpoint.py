@@ -103,6 +103,7 @@ def test_a_concurrency_sweep_against_a_real_server_lands_in_the_db(swept: Path, 
         assert report.points_added == 3 and not report.warnings, report.warnings
         points = store.points([swept.name]).sort_values("point_index")
         requests = store.requests(swept.name)
+        draws = {(r.point_index, r.repeat): r.draw for r in store.repeats([swept.name]).itertuples()}
         run = store.run(swept.name)
     assert points["status"].tolist() == ["ok"] * 3 and points["error"].isna().all()
     assert points["sweep_axis"].tolist() == ["concurrency"] * 3 and points["sweep_value"].tolist() == [1.0, 2.0, 4.0]
@@ -116,7 +117,8 @@ def test_a_concurrency_sweep_against_a_real_server_lands_in_the_db(swept: Path, 
     for (point, repeat), rows in requests.groupby(["point_index", "repeat"]):
         rows = rows.sort_values("request_index")
         assert rows["request_index"].tolist() == list(range(12))
-        assert rows["prompt_len"].tolist() == spec.request_lengths(12, repeat)[0]
+        # a measured run replays or draws requests (docs/trust.md): its draw says which
+        assert rows["prompt_len"].tolist() == spec.request_lengths(12, draws[(point, repeat)])[0]
         assert rows["output_len"].tolist() == [6] * 12
     # the key was sent (the server refuses requests without it) and is written nowhere
     with pytest.raises(urllib.error.HTTPError, match="401"):
@@ -145,7 +147,8 @@ def test_latencies_equal_the_server_engines_own_within_the_http_overhead(swept: 
     for name, values in overhead.items():
         q = statistics.quantiles(values, n=20)
         print(f"  {name:9s} median {statistics.median(values):7.3f}  P95 {q[18]:7.3f}  max {max(values):7.3f}")
-    assert len(overhead["TTFT"]) == 3 * 2 * 12
+    runs = sum(pq.read_table(f).to_pylist()[0]["repeats"] for f in (swept / "points").glob("*.summary.parquet"))
+    assert len(overhead["TTFT"]) == runs * 12  # every measured run's requests (draws and replays)
     assert min(overhead["TTFT"]) > 0 and min(overhead["E2E"]) > 0  # never a token before the engine made it
     assert statistics.median(overhead["TTFT"]) < 25.0 and statistics.median(overhead["E2E"]) < 25.0
     assert abs(statistics.median(overhead["ITL mean"])) < 2.0
@@ -160,7 +163,8 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp / "killed-run"
     runner = subprocess.Popen(runner_cmd(out, *endpoint(port, "--concurrency", "1,2,4", "--num-requests", "30",
                                                         "--prompt-len", "fixed:8", "--output-len", "fixed:16",
-                                                        "--repeats", "1", "--warmup", "0")),
+                                                        "--repeats", "1", "--warmup", "0", "--replays", "0",
+                                                        "--target-interval", "0")),  # one run: the kill lands in it
                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

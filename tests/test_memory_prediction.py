@@ -79,7 +79,8 @@ def test_predict_memory_for_spec_uses_the_runner_lengths() -> None:
 
 def test_predict_memory_for_spec_covers_warmup_repeats() -> None:
     spec = SweepSpec(model="tiny", batch_sizes=[4], prompt_len="uniform:1:1000", output_len="fixed:1", warmup=2)
-    longest = max(max(spec.request_lengths(4, r)[0]) for r in range(-2, spec.repeats))
+    longest = max(max(spec.request_lengths(4, r)[0]) for r in spec.repeat_indices())
+    assert spec.repeat_indices()[0] == -2  # the warm-up draws, and every measured draw the budget allows
     assert predict_memory_for_spec(MODEL, spec, None)["max_prompt_len"][0] == longest
 
 

@@ -229,7 +229,7 @@ def test_replicated_sweep_labels_points_and_keeps_every_request(tmp_path):
     assert summary["status"] == "ok" and summary["replicas"] == 2 and summary["comm_ms_per_step"] is None
     requests = pq.read_table(out / "points" / "p0000.requests.parquet").to_pylist()
     assert sorted((r["repeat"], r["request_index"], r["replica"]) for r in requests) == [
-        (rep, i, 0 if i < 2 else 1) for rep in (0, 1) for i in range(3)]
+        (rep, i, 0 if i < 2 else 1) for rep in range(summary["repeats"]) for i in range(3)]  # every measured run
     assert {r["batch_size"] for r in requests} == {3}
     assert _followers(proc.pid) == []
 
