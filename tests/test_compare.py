@@ -66,3 +66,16 @@ def test_the_side_by_side_shows_an_empty_cell_where_a_run_has_no_value() -> None
     row = shown.set_index("run").loc["bf16"]
     assert row["cost / 1M tok at working point"] == "" and row["plateau"] == "" and row["first OOM"] == "256"
     assert "None" not in shown.to_string() and "—" not in shown.to_string() and "nan" not in shown.to_string()
+
+
+def test_runs_that_share_under_two_values_have_no_knee_compared_and_the_page_says_why() -> None:
+    wide = summary_table(points=4)  # batch 1, 2, 4, 8
+    shifted = summary_table(points=4).assign(batch_size=[8, 16, 32, 64])
+    runs = {label: RunData({"run_id": label}, analyse(points, None, None), memory_split(points))
+            for label, points in (("low", wide), ("high", shifted))}
+    markers, note = compared(runs)
+    assert note == ("Knees and working points are not compared: the runs share 1 batch value(s) (8), and a knee "
+                    "needs at least two.")
+    assert all(m.working_point is None for m in markers.values())
+    row = comparison_display(comparison_table(runs)).set_index("run").loc["low"]
+    assert row["working point"] == "" and row["output tok/s at working point"] == ""

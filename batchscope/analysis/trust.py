@@ -35,7 +35,8 @@ RULES = {
     "measurement noise": f"(max − min) ÷ median throughput of the same requests replayed: over {pct(NOISY_SPREAD)} "
                          f"untrusted, over {pct(SPREAD_CAUTION)} caution.",
     "throughput interval": f"the 95 % interval the runner measured the throughput to: within the sweep's target "
-                           f"(default ± 5 %) trusted, within ± {pct(INTERVAL_UNTRUSTED)} caution, wider untrusted.",
+                           f"(default ± 5 %; ± {pct(CI_CAUTION)} when it set none) trusted, within "
+                           f"± {pct(INTERVAL_UNTRUSTED)} caution, wider untrusted.",
     "repeat spread": f"(max − min) ÷ median of the repeats' output tokens/s: over {pct(NOISY_SPREAD)} untrusted, "
                      f"over {pct(SPREAD_CAUTION)} caution; one repeat is caution (no spread to read).",
     "confidence interval": f"95 % interval of the mean throughput over the repeats (Student's t): a half-width over "
