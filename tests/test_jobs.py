@@ -59,7 +59,8 @@ def test_two_sweeps_go_queued_running_done_one_after_the_other(manager: JobManag
     points = manager.store.points([first, second])
     assert list(zip(points["run_id"], points["batch_size"])) == [(first, 1), (first, 2), (second, 1), (second, 2)]
     assert set(points["status"]) == {"ok"}
-    assert len(manager.store.requests(second)) == 1 + 2
+    second_points = points[points["run_id"] == second]  # batch 1 and 2, each over every measured run
+    assert len(manager.store.requests(second)) == (second_points["batch_size"] * second_points["repeats"]).sum()
     assert manager.store.runs().set_index("run_id").loc[second, "points_ok"] == 2
     done = manager.progress(second)
     assert (done["points_done"], done["eta_s"], done["queue_position"]) == (2, None, None)

@@ -44,10 +44,12 @@ def test_issue_command_writes_a_complete_run_folder(tmp_path):
         assert not missing, f"batch {batch} lacks {missing}"
         assert summary["output_tokens_per_s_min"] <= summary["output_tokens_per_s"] <= summary["output_tokens_per_s_max"]
         requests = pq.read_table(out / "points" / f"p{index:04d}.requests.parquet")
-        assert requests.num_rows == batch * 2  # 2 repeats
+        runs = summary["repeats"]  # 2 draws and a replay, then draws until known (6 runs at most)
+        assert 3 <= runs <= 6 and runs == summary["draws"] + summary["replays"]
+        assert requests.num_rows == batch * runs
         assert set(requests.column("output_len").to_pylist()) == {8}
         steps = pq.read_table(out / "points" / f"p{index:04d}.steps.parquet")
-        assert steps.num_rows == 2 * 8  # per repeat: 1 prefill + 7 decode steps
+        assert steps.num_rows == runs * 8  # per run: 1 prefill + 7 decode steps
         samples = pq.read_table(out / "points" / f"p{index:04d}.samples.parquet")
         assert samples.num_rows > 0 and samples.schema.names == DETAIL["samples"].names
         assert pq.read_table(out / "points" / f"p{index:04d}.summary.parquet").schema.names == SUMMARY.names
