@@ -205,7 +205,7 @@ def test_tensor_parallel_sweep_writes_comm_columns_and_followers_exit(tmp_path):
 def test_sigterm_to_a_tensor_parallel_driver_cancels_and_leaves_no_follower(tmp_path):
     out = tmp_path / "run"
     proc = start_runner(out, *TP2, "--batch-sizes", "1,2,4,8,16", "--prompt-len", "fixed:16", "--output-len",
-                        "fixed:256", "--repeats", "3")
+                        "fixed:256", "--repeats", "3", "--replays", "0", "--target-interval", "0")  # timed as before
     wait_for_points(out, 1)
     assert len(_followers(proc.pid)) == 1
     proc.send_signal(signal.SIGTERM)
