@@ -118,9 +118,18 @@ _V7_TRUST = [  # trust checks' telemetry and refinement's mark (runners/schemas.
     "ALTER TABLE samples ADD COLUMN gpu_processes INTEGER",
 ]
 
+_V8_PAGED_KV = [  # the continuous engine's block pool: preemptions and blocks (runners/schemas.py)
+    f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
+        ("preemptions", "BIGINT"), ("kv_block_size", "INTEGER"), ("kv_blocks_total", "BIGINT"),
+        ("kv_blocks_peak", "BIGINT"))
+] + [
+    "ALTER TABLE steps ADD COLUMN kv_blocks BIGINT",
+    "ALTER TABLE steps ADD COLUMN preemptions INTEGER",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
 MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
-                               _V6_OUTLIER_STEPS, _V7_TRUST]
+                               _V6_OUTLIER_STEPS, _V7_TRUST, _V8_PAGED_KV]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

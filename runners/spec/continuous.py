@@ -92,6 +92,7 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
                                                    f"must be ≥ max_num_seqs ({max(spec.max_num_seqs)}): every "
                                                    f"running sequence decodes one token per step")
     check_slo(spec, values, found)
+    check_memory_utilization(spec, values, found)
     if not {"prompt_len", "output_len", "num_requests", "kv_cache_tokens"} & set(found):
         longest = longest_request(spec)
         record(found, "prompt_len", lambda: check_context(longest, context))
@@ -123,6 +124,18 @@ def check_load(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -
                                   ("concurrency", len(spec.concurrency))) if n > 1]
     if len(lists) > 1:
         found.setdefault(lists[1], f"only one axis can be swept: {' and '.join(lists)} are both lists")
+
+
+def check_memory_utilization(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
+    if "gpu_memory_utilization" not in values:
+        return
+    share = record(found, "gpu_memory_utilization", lambda: number(values["gpu_memory_utilization"],
+                                                                   "gpu_memory_utilization"))
+    if share is not None and not 0.1 <= share <= 0.98:
+        found.setdefault("gpu_memory_utilization", "gpu_memory_utilization must be a share from 0.1 to 0.98, "
+                                                   f"got {str(share)[:20]}")
+    elif share is not None:
+        spec.gpu_memory_utilization = share
 
 
 def check_slo(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:

@@ -68,8 +68,12 @@ class SweepSpec:
                                          help="per-step token budget (prefill chunk tokens + one per decoding "
                                               "row); longer prompts prefill in chunks (default 2048)")
     kv_cache_tokens: int = option(0, group=CONTINUOUS,
-                                  help="cap on KV tokens reserved by admitted requests (prompt + output) "
-                                       "(default 0: the whole slot cache, which never binds)")
+                                  help="KV tokens the block pool holds (default 0: what --gpu-memory-utilization "
+                                       "leaves on a GPU, every slot at the longest request on CPU)")
+    gpu_memory_utilization: float = option(0.9, group=CONTINUOUS,
+                                           help="share of the GPU's memory the engine may fill: weights, "
+                                                "activations and the KV block pool (0.1 to 0.98; default 0.9, "
+                                                "as vLLM)")
     slo_metric: str = option("ttft", group=CONTINUOUS,
                              help="goodput SLO metric: ttft (default), itl (the request's mean gap) or e2e")
     slo_ms: float = option(1000.0, group=CONTINUOUS,
