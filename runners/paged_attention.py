@@ -28,10 +28,11 @@ def flat_index(table: Tensor, slot: Tensor, pos: Tensor, block_size: int) -> Ten
 
 def reference(q: Tensor, k_pool: Tensor, v_pool: Tensor, table: Tensor, lens: Tensor, block_size: int) -> Tensor:
     """q [B, heads, D] against each row's first lens[b] cached tokens; [B, heads, D]. A row of length 0
-    (a parked slot) gets zeros."""
+    (a parked slot) gets zeros. Gathers up to the longest row only (reading that length is a host sync:
+    this path never runs inside a CUDA graph)."""
     B, heads, D = q.shape
     kv_heads = k_pool.shape[1]
-    tok = torch.arange(table.shape[1] * block_size, device=q.device)
+    tok = torch.arange(-(-int(lens.max()) // block_size) * block_size, device=q.device)
     rows = torch.arange(B, device=q.device)[:, None]
     idx = flat_index(table, rows, tok[None, :], block_size)  # [B, L]
     k, v = k_pool[idx].float(), v_pool[idx].float()  # [B, L, kv_heads, D]

@@ -161,10 +161,11 @@ def test_poisson_arrivals_are_seeded_and_closed_loop_waits_for_a_finish() -> Non
     assert [(r.index, r.arrival_s) for r in closed.arrived(2.5)] == [(2, 2.5)]
 
 
-def test_buckets_are_powers_of_two_capped_by_max_num_seqs() -> None:
+def test_buckets_are_powers_of_two_then_steps_of_64_capped_by_max_num_seqs() -> None:
     assert buckets(1) == [1]
     assert buckets(6) == [1, 2, 4, 6]
     assert buckets(8) == [1, 2, 4, 8]
+    assert buckets(200) == [1, 2, 4, 8, 16, 32, 64, 128, 192, 200]
 
 
 CONT = {"model": "tiny", "mode": "continuous", "engine": "fast"}

@@ -1,13 +1,12 @@
 """Continuous batching on the `fast` decoder: a paged KV cache whose block tables follow the scheduler.
 
-Each step decodes the prefix of slots up to the highest running one, padded to a bucket (powers of
-two up to max_num_seqs, each captured once as a CUDA graph on a GPU; eager on CPU), then prefills all
+Each step decodes the slots that have a token to feed, gathered and padded to a width with a graph
+(`buckets`; captured once each on a GPU, eager on CPU), then prefills all
 of the step's prompt chunks in one packed forward (runners.engines.ragged), the same prefill the
 static engine runs. K/V live in a pool of fixed-size blocks (runners.engines.paged_cache): a request
 holds the blocks its tokens fill, decode attention reads each row's own blocks up to its own length
-(runners.paged_attention), and free or still-prefilling slots inside the prefix ride along parked
-(`active` = 0: no attention, their K/V write lands in the parking block or where their own next chunk
-overwrites it). On a GPU the pool takes what `memory_utilization` of the device leaves after the
+(runners.paged_attention); the padding rows are the parking row (`active` = 0: no attention, its K/V
+writes land in the parking block, where nothing reads). On a GPU the pool takes what `memory_utilization` of the device leaves after the
 weights, the largest prefill's and decode's activations (measured in setup over a two-block pool), as
 vLLM's gpu_memory_utilization does; on CPU, or when kv_cache_tokens is given, it holds that many.
 
@@ -37,12 +36,18 @@ from runners.kv_layout import KV_BLOCK_SIZE, cache_len
 from runners.scheduler import Arrivals, BlockPool, Plan, Request, Scheduler
 
 
+FINE_STEP = 64  # above this many rows, decode widths go up in steps of this many
+
+
 def buckets(max_num_seqs: int) -> list[int]:
-    """Decode widths with a graph each: powers of two below max_num_seqs, and max_num_seqs itself."""
+    """Decode widths with a graph each: powers of two up to FINE_STEP, then every FINE_STEP rows, and
+    max_num_seqs itself; a step pads its decoding rows to the next one (under 2×, and under FINE_STEP
+    rows above it)."""
     sizes, b = [], 1
-    while b < max_num_seqs:
+    while b < min(max_num_seqs, FINE_STEP):
         sizes.append(b)
         b *= 2
+    sizes += range(FINE_STEP, max_num_seqs, FINE_STEP)
     return sizes + [max_num_seqs]
 
 
@@ -158,10 +163,11 @@ class ContinuousEngine:
 
     def _allocate(self, slots: int, max_len: int, blocks: int, block_size: int) -> None:
         self.state = self.decoder.new_paged_state(slots, max_len, blocks, block_size)
-        self.views = {b: self.state.prefix(b) for b in buckets(slots)}
+        self.views = {b: self.state.selection(b) for b in buckets(slots)}
         self.table = torch.zeros_like(self.state.table, device="cpu")
+        self.sel = torch.zeros(slots, dtype=torch.long)
         if self.device.type == "cuda":
-            self.table = self.table.pin_memory()
+            self.table, self.sel = self.table.pin_memory(), self.sel.pin_memory()
 
     def _blocks_from_free_memory(self, slots: int, max_len: int, token_budget: int | None, utilization: float,
                                  block_size: int) -> int:
@@ -175,7 +181,7 @@ class ContinuousEngine:
         torch.cuda.reset_peak_memory_stats(self.device)
         self._warm_prefill(slots, max_len, token_budget)
         self._park_all()
-        self.decoder.decode_step(self.views[slots])
+        self.decoder.decode_step(self.views[max(self.views)])
         self._sync()
         activations = torch.cuda.max_memory_allocated(self.device) - base
         self.release()
@@ -214,7 +220,7 @@ class ContinuousEngine:
 
     @property
     def slots(self) -> int:
-        return self.state.rows.numel()
+        return self.state.parking
 
     @property
     def max_len(self) -> int:
@@ -331,13 +337,15 @@ class ContinuousEngine:
             self.state.table.copy_(self.table, non_blocking=True)
 
     def _decode(self, rows: list[Request]) -> int:
-        """One decode step over the smallest bucket covering every decoding slot; returns its width."""
+        """One decode step over the decoding slots, padded to the smallest width with a graph; returns
+        the width."""
         if not rows:
             return 0
-        top = max(r.slot for r in rows) + 1
-        width = next(b for b in self.views if b >= top)
+        width = next(b for b in self.views if b >= len(rows))
         view = self.views[width]
-        view.step.zero_()
+        self.sel[:width] = self.state.parking
+        self.sel[:len(rows)] = torch.tensor([r.slot for r in rows])
+        view.sel.copy_(self.sel[:width], non_blocking=True)
         if width in self.captured:
             self.captured[width].replay()
         else:
@@ -359,7 +367,7 @@ class ContinuousEngine:
     def _tokens(self, plan: Plan, emitted: tuple[list[int], torch.Tensor] | None, rows: int) -> dict[int, int]:
         """The step's greedy id per request index (tests compare them with the static engine's; the
         server streams them)."""
-        fed = self.state.out[:rows, 0].tolist() if rows else []
+        fed = self.state.out[:, 0].tolist() if rows else []
         made = {r.index: fed[r.slot] for r in plan.decodes}
         if emitted is not None:
             made.update(zip(emitted[0], emitted[1].argmax(dim=-1).tolist()))

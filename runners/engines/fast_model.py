@@ -276,6 +276,25 @@ class FastDecoder:
         h = h + linear(o.reshape(B, -1), wo, bo)
         return h + self.mlp(h, mlp_norm, w13, w2)
 
+    def _paged_decode_step(self, st: PagedState) -> Tensor:
+        """decode_step over the selected slots `st.sel`: gather their counters, run the layers over the
+        pool, scatter the new ids and positions back (the parking row absorbs the padding's writes)."""
+        sel = st.sel
+        tokens, pos, active = st.tokens[sel], st.pos[sel], st.active[sel]
+        st.history[sel, pos] = tokens
+        h = self.embed[tokens]
+        cos, sin = self.rope(pos)
+        written, table, lens = st.index(sel, pos), st.table[sel], (pos + 1) * active
+        for w, kc, vc in zip(self.layers, st.k, st.v):
+            h = self.paged_layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
+                                    kc, vc, cos, sin, written, table, lens, st.block_size)
+        st.step.zero_()
+        logits, nxt = self.head_fn(h, st.sel_out, st.step)
+        st.out[sel] = st.sel_out
+        st.tokens[sel] = nxt
+        st.pos[sel] = pos + active
+        return logits
+
     def decode_head(self, h: Tensor, st_out: Tensor, step: Tensor) -> tuple[Tensor, Tensor]:
         """Logits and greedy token of the last layer's output, the token written to column `step` of `out`."""
         logits = F.linear(_rms_norm(h, self.norm, self.eps), self.lm_head)
@@ -287,20 +306,15 @@ class FastDecoder:
     def decode_step(self, st: DecodeState | PagedState) -> Tensor:
         """Feed `st.tokens`, write the next ones, advance every counter: all on the device. Returns the
         step's logits [slots, vocab] (the head computes them anyway; a captured graph keeps them)."""
+        if isinstance(st, PagedState):
+            return self._paged_decode_step(st)
         h = self.embed[st.tokens]
         cos, sin = self.rope(st.pos)
-        if isinstance(st, PagedState):
-            st.history[st.rows, st.pos] = st.tokens
-            written, lens = st.index(st.rows, st.pos), (st.pos + 1) * st.active
-            for w, kc, vc in zip(self.layers, st.k, st.v):
-                h = self.paged_layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
-                                        kc, vc, cos, sin, written, st.table, lens, st.block_size)
-        else:
-            mask = torch.zeros(st.pos.shape[0], st.key_idx.shape[0], dtype=self.dtype, device=self.device)
-            mask = mask.masked_fill(st.key_idx[None, :] > st.pos[:, None], float("-inf"))[:, None, None, :]
-            for w, kc, vc in zip(self.layers, st.k, st.v):
-                h = self.layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
-                                  kc, vc, cos, sin, st.rows, st.pos, mask)
+        mask = torch.zeros(st.pos.shape[0], st.key_idx.shape[0], dtype=self.dtype, device=self.device)
+        mask = mask.masked_fill(st.key_idx[None, :] > st.pos[:, None], float("-inf"))[:, None, None, :]
+        for w, kc, vc in zip(self.layers, st.k, st.v):
+            h = self.layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
+                              kc, vc, cos, sin, st.rows, st.pos, mask)
         logits, nxt = self.head_fn(h, st.out, st.step)
         st.tokens.copy_(nxt)
         st.pos.add_(st.active)

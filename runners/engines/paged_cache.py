@@ -11,7 +11,7 @@ active), so the prefill and the step counters are shared code; K/V positions go 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -21,19 +21,25 @@ from runners.paged_attention import flat_index
 
 @dataclass
 class PagedState:
-    """Static buffers over one block pool; a captured decode step reads and advances only these."""
+    """Static buffers over one block pool; a captured decode step reads and advances only these.
+
+    Per-slot buffers have one row more than the scheduler's slots: the parking row, never active, whose
+    table points only at the parking block. A decode step runs over `sel`, the slots it decodes padded
+    to its width with the parking row, so its width follows the number of decoding rows, not the highest
+    slot they hold (a request's K/V live in its blocks, not in its slot's position)."""
 
     k: list[Tensor]  # per layer [blocks × block_size, kv_heads, head_dim]
     v: list[Tensor]
-    table: Tensor  # [slots, max_blocks] int32: pool block of each block-sized run of a slot's positions
+    table: Tensor  # [slots + 1, max_blocks] int32: pool block of each block-sized run of a slot's positions
     block_size: int
-    tokens: Tensor  # [slots] the token each row feeds into the next step
-    pos: Tensor  # [slots] that token's position
-    rows: Tensor  # arange(slots)
-    out: Tensor  # [slots, 1] the latest generated id
+    tokens: Tensor  # [slots + 1] the token each row feeds into the next step
+    pos: Tensor  # [slots + 1] that token's position
+    out: Tensor  # [slots + 1, 1] the latest generated id
     step: Tensor  # [1] column of `out` the next step writes
-    active: Tensor  # [slots] 1 where a row decodes; 0 parks it (its K/V write lands where nothing reads)
-    history: Tensor  # [slots, max_len] the id fed at each position: what a preempted request recomputes
+    active: Tensor  # [slots + 1] 1 where a row decodes; 0 parks it (its K/V write lands where nothing reads)
+    history: Tensor  # [slots + 1, max_len] the id fed at each position: what a preempted request recomputes
+    sel: Tensor  # [width] the slots a decode step of this width runs, the parking row as padding
+    sel_out: Tensor  # [width, 1] the step's ids before they go back to their slots
 
     @property
     def kv_bytes(self) -> int:
@@ -47,15 +53,19 @@ class PagedState:
     def blocks(self) -> int:
         return self.k[0].shape[0] // self.block_size
 
+    @property
+    def parking(self) -> int:
+        """The parking row's index, one past the last slot."""
+        return self.tokens.numel() - 1
+
     def index(self, slot: Tensor, pos: Tensor) -> Tensor:
         """Pool rows of the given (slot, position) pairs: one flat index, for writes and gathers alike."""
         return flat_index(self.table, slot, pos, self.block_size)
 
-    def prefix(self, rows: int) -> PagedState:
-        """Views of the first `rows` slots over the same pool: a step over them writes the shared buffers."""
-        return PagedState(k=self.k, v=self.v, table=self.table[:rows], block_size=self.block_size,
-                          tokens=self.tokens[:rows], pos=self.pos[:rows], rows=self.rows[:rows], out=self.out[:rows],
-                          step=self.step, active=self.active[:rows], history=self.history[:rows])
+    def selection(self, width: int) -> PagedState:
+        """The same buffers with a `sel` of `width` rows (all parked until the engine fills it)."""
+        sel = torch.full((width,), self.parking, dtype=torch.long, device=self.tokens.device)
+        return replace(self, sel=sel, sel_out=torch.zeros(width, 1, dtype=torch.long, device=sel.device))
 
 
 def new_paged_state(kv_heads: int, head_dim: int, layers: int, dtype: torch.dtype, device: torch.device,
@@ -64,9 +74,11 @@ def new_paged_state(kv_heads: int, head_dim: int, layers: int, dtype: torch.dtyp
     kv = lambda: torch.zeros(blocks * block_size, kv_heads, head_dim, dtype=dtype, device=device)
     ints = lambda *shape: torch.zeros(*shape, dtype=torch.long, device=device)
     columns = -(-max_len // block_size)
+    rows = slots + 1  # the last is the parking row
     return PagedState(
         k=[kv() for _ in range(layers)], v=[kv() for _ in range(layers)],
-        table=torch.zeros(slots, columns, dtype=torch.int32, device=device),
-        block_size=block_size, tokens=ints(slots), pos=ints(slots), rows=torch.arange(slots, device=device),
-        out=ints(slots, 1), step=ints(1), active=ints(slots), history=ints(slots, columns * block_size),
+        table=torch.zeros(rows, columns, dtype=torch.int32, device=device), block_size=block_size,
+        tokens=ints(rows), pos=ints(rows), out=ints(rows, 1), step=ints(1), active=ints(rows),
+        history=ints(rows, columns * block_size), sel=torch.full((slots,), slots, dtype=torch.long, device=device),
+        sel_out=ints(slots, 1),
     )
