@@ -64,3 +64,19 @@ def test_the_pool_fills_the_memory_share_it_is_given() -> None:
         total = torch.cuda.mem_get_info()[1]
         assert torch.cuda.memory_reserved() <= share * total * 1.02
     assert 1.9 < sizes[0.6] / sizes[0.3] < 2.6
+
+
+def test_light_load_prefills_from_the_lone_graph_with_the_static_engines_tokens() -> None:
+    loaded = small_model("llama3-rope-tied", torch.bfloat16, "cuda", std=0.02, **GPU_SHAPE)
+    static = FastEngine(loaded)
+    rng = random.Random(2)
+    prompts = [[rng.randint(1, 4095) for _ in range(rng.randint(1, 300))] for _ in range(8)]
+    outputs = [rng.randint(2, 24) for _ in prompts]
+    served = ContinuousEngine(static.decoder, static.device)
+    served.setup(4, max(len(p) + o for p, o in zip(prompts, outputs)), 512)
+    assert served.lone is not None
+    with torch.compiler.set_stance("fail_on_recompile"):
+        result = served.run(prompts, outputs, {"concurrency": 1, "seed": 0}, 512, record_tokens=True)
+    want = [static.generate(Batch([p], [o])).tokens[0][:o] for p, o in zip(prompts, outputs)]
+    same = sum(a == b for i, w in enumerate(want) for a, b in zip(result.tokens[i], w))
+    assert same >= 0.9 * sum(outputs)

@@ -15,8 +15,10 @@ made (one small device read, only then) so its recompute prefills prompt + those
 The host pushes changed block-table rows and packs the step's prefill while the decode graph runs, and
 waits once per step (the scheduler needs its end time to admit arrivals on time); it times the step
 with perf_counter after that synchronize, so a step's time includes the host's own scheduling work, as
-a server's would. Setup compiles and warms every shape a step can take (each decode bucket, packed
-prefill), so no measured step compiles.
+a server's would. A step whose only prefill is one whole prompt of up to LONE_LIMIT tokens (the light
+load) replays a captured prefill for its length bucket instead, so its TTFT is the GPU's, not the host
+issuing twenty operations a layer. Setup compiles and warms every shape a step can take (each decode
+bucket, packed prefill, lone prefill), so no measured step compiles.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import torch
 from runners import cancel
 from runners.engines.fast import capture, warm_decode
 from runners.engines.fast_model import FastDecoder
+from runners.engines.lone_prefill import LonePrefill
 from runners.engines.paged_cache import PagedState
 from runners.engines.ragged import Chunk, pack
 from runners.kv_layout import KV_BLOCK_SIZE, cache_len
@@ -37,6 +40,7 @@ from runners.scheduler import Arrivals, BlockPool, Plan, Request, Scheduler
 
 
 FINE_STEP = 64  # above this many rows, decode widths go up in steps of this many
+LONE_LIMIT = 2048  # the longest whole prompt a step prefills from a captured graph (runners.engines.lone_prefill)
 
 
 def buckets(max_num_seqs: int) -> list[int]:
@@ -130,6 +134,7 @@ class ContinuousEngine:
         self.table_rows: dict[int, tuple[int, int]] = {}  # slot → (request index, blocks) the device has
         self.folded: dict[int, list[int]] = {}  # request index → the tokens its recompute prefills
         self.sizing: dict[str, float] = {}
+        self.lone: LonePrefill | None = None  # on a GPU: a step whose only prefill is one whole prompt
 
     def setup(self, max_num_seqs: int, max_seq_len: int, token_budget: int | None = None,
               kv_tokens: int | None = None, memory_utilization: float = 0.9,
@@ -157,6 +162,7 @@ class ContinuousEngine:
             for width, view in self.views.items():  # buckets never run at once: one memory pool serves all
                 self.captured[width] = capture(self.decoder, view, pool)[0]
                 pool = self.captured[width].pool()
+            self.lone = LonePrefill(self.decoder, self.state, min(max_len, token_budget or max_len, LONE_LIMIT))
         self._park_all()
         self._sync()
         return time.perf_counter() - t0
@@ -240,7 +246,7 @@ class ContinuousEngine:
         return self.pool_blocks * self.block_size
 
     def release(self) -> None:
-        self.state, self.views, self.captured = None, {}, {}
+        self.state, self.views, self.captured, self.lone = None, {}, {}, None
         self.table_rows, self.folded = {}, {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -359,6 +365,9 @@ class ContinuousEngine:
         if not prefills:
             return None
         ids = lambda r: prompts[r.index] + self.folded[r.index] if r.folded else prompts[r.index]
+        (first, pos, n), = prefills[:1]
+        if len(prefills) == 1 and pos == 0 and n == first.prefill_len and self.lone and n <= self.lone.sizes[-1]:
+            return [first.index], self.lone.run(first.slot, ids(first))
         chunks = [Chunk(r.slot, pos, ids(r)[pos:pos + n], emit=n - 1 if pos + n == r.prefill_len else None)
                   for r, pos, n in prefills]
         logits = self.decoder.prefill(pack(chunks, self.device), self.state)

@@ -59,6 +59,10 @@ class DecodeState:
     def kv_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
+    @property
+    def max_len(self) -> int:
+        return self.key_idx.numel()
+
     def index(self, slot: Tensor, pos: Tensor) -> tuple[Tensor, slice, Tensor]:
         """Where the K/V of (slot, position) pairs live: every KV head of that slot's position."""
         return slot, slice(None), pos
