@@ -184,16 +184,19 @@ class Scheduler:
         """Blocks for every decoding row's next token (preempting the newest when the pool is empty), then
         partial prefills, then admissions from the queue's head, each chunk as far as budget and blocks go."""
         preempted: list[tuple[Request, int]] = []
-        for r in self._by_age():
-            if r.prefilled == r.prefill_len:
+        running = self._by_age()
+        room = self.pool.block_size
+        for r in running:  # the host's work per step: the common case (room in the last block) stays cheap
+            if r.slot is not None and r.prefilled == r.prefill_len and r.kv_held >= len(r.blocks) * room:
                 while r.slot is not None and not self.pool.grow(r, r.kv_held + 1):
                     preempted.append(self._preempt(self._by_age()[-1]))
-        running = self._by_age()
+        if preempted:
+            running = self._by_age()
         decodes = [r for r in running if r.prefilled == r.prefill_len]
         budget = self.token_budget - len(decodes)
         prefills = []
         for r in running:
-            n = self._chunk(r, budget)
+            n = self._chunk(r, budget) if r.prefilled < r.prefill_len else 0
             if n:
                 prefills.append((r, r.prefilled, n))
                 budget -= n
