@@ -1,4 +1,4 @@
-"""Continuous-batching scheduler: arrivals, a FIFO waiting queue, and per-step plans (DESIGN §2).
+"""Continuous-batching scheduler: arrivals, a FIFO waiting queue, and per-step plans (docs/design.md §2).
 
 Pure Python so its rules are unit-tested without a model. Each step the running rows decode one token
 each; what is left of the token budget goes to prefill chunks, first of requests already admitted,
