@@ -40,7 +40,7 @@ def ray_address() -> str | None:
 
 
 def model_roots() -> list[Path]:
-    """Folders a local checkpoint may come from (DESIGN §6): $BATCHSCOPE_MODEL_ROOTS (os.pathsep-separated),
+    """Folders a local checkpoint may come from (docs/design.md §6): $BATCHSCOPE_MODEL_ROOTS (os.pathsep-separated),
     else the user's home and the repository's data/models."""
     value = os.environ.get("BATCHSCOPE_MODEL_ROOTS")
     if value:

@@ -1,5 +1,5 @@
 """Continuous-batching scheduler: arrivals, a FIFO waiting queue, a pool of KV blocks and per-step plans
-(DESIGN §2).
+(docs/design.md §2).
 
 Pure Python so its rules are unit-tested without a model. Each step the running rows decode one token
 each; what is left of the token budget goes to prefill chunks, first of requests already admitted,

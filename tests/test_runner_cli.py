@@ -13,7 +13,7 @@ import pytest
 from runners.schemas import DETAIL, SUMMARY
 from tests.runner_helpers import TINY, read_status, run_runner, start_runner, wait_for_points
 
-DESIGN_METRICS = [  # DESIGN §2 "per point, at least"
+DESIGN_METRICS = [  # docs/design.md §2 "Per point, at least"
     "batch_size", "active_seqs_mean", "active_tokens_mean", "prefill_ms", "decode_step_ms",
     *(f"{m}_ms_p{p}" for m in ("ttft", "itl", "e2e") for p in (50, 95, 99)),
     "input_tokens_per_s", "output_tokens_per_s", "requests_per_s", "prefill_padding_waste",

@@ -1,5 +1,5 @@
 """The endpoint engine's client: a workload sent to an OpenAI-compatible server, each request streamed and
-its chunks timed on arrival (DESIGN §3). Arrivals follow runners.scheduler.Arrivals, the in-process
+its chunks timed on arrival (docs/design.md §3). Arrivals follow runners.scheduler.Arrivals, the in-process
 engine's own: the same seeded Poisson gaps, or clients that send their next request when the last ends.
 
 Every request ends as an Outcome: tokens and their times, or the kind of failure (connection refused,

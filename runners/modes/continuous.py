@@ -1,5 +1,5 @@
 """Continuous batching (online serving): every point serves the same seeded workload through a slot
-cache of max_num_seqs rows, with its arrival rate or clients (DESIGN §2)."""
+cache of max_num_seqs rows, with its arrival rate or clients (docs/design.md §2)."""
 from __future__ import annotations
 
 import time

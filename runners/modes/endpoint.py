@@ -1,5 +1,5 @@
 """The endpoint mode: every point sends the continuous mode's seeded workload to a running
-OpenAI-compatible server, by arrival rate or clients, and measures what comes back (DESIGN §3).
+OpenAI-compatible server, by arrival rate or clients, and measures what comes back (docs/design.md §3).
 
 No model is loaded here: the spec's model names the shapes the server runs (prompt ids are drawn in its
 vocabulary; its facts feed the roofline). Telemetry samples a local GPU through NVML when the server runs

@@ -69,7 +69,7 @@ def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> S
         hz = record(found, "telemetry_hz", lambda: number(values["telemetry_hz"], "telemetry_hz"))
         if hz is not None and (math.isnan(hz) or not MIN_TELEMETRY_HZ <= hz <= 1000):
             found.setdefault("telemetry_hz", f"telemetry_hz must be between {MIN_TELEMETRY_HZ:g} and 1000 "
-                                             f"(DESIGN: utilisation is sampled at ≥ 20 Hz), got {hz}")
+                                             f"(docs/design.md §2: utilisation is sampled at ≥ 20 Hz), got {hz}")
         elif hz is not None:
             spec.telemetry_hz = hz
     if "calibrate" in values:
