@@ -23,9 +23,10 @@ log = logging.getLogger("batchscope.app")
 @st.cache_resource(show_spinner=False)
 def jobs() -> JobManager:
     """The process-wide job queue (created, left-over runs recovered and, on a fresh history, the
-    shipped demo runs imported, on first use)."""
+    shipped demo runs imported, on first use; a read-only history is only read)."""
     manager = JobManager.instance()
-    import_demo_runs(manager.store)
+    if not manager.store.read_only:
+        import_demo_runs(manager.store)
     return manager
 
 
