@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from runners import cancel, contract

@@ -50,16 +50,20 @@ class SweepSpec:
     output_len: str = option("fixed:32", help="same syntax as --prompt-len")
     repeats: int = option(3, least=1, most=1000, help="measured repeats per point (default 3)")
     warmup: int = option(1, least=0, most=100, help="warm-up repeats per point (default 1)")
-    seed: int = option(0, least=0, most=MAX_SEED, help="seeds the request lengths, prompt ids, arrivals and random weights")
+    seed: int = option(0, least=0, most=MAX_SEED,
+                       help="seeds the request lengths, prompt ids, arrivals and random weights")
     device: str = option("auto", help="auto, cpu, cuda or cuda:N")
     max_batch_size: int = option(DEFAULT_MAX_BATCH_SIZE, least=1, most=MAX_BATCH_SIZE,
                                  help=f"ceiling on batch sizes (default 4096, at most {MAX_BATCH_SIZE})")
     on_oom: str = option("stop", help="stop (default) or continue")
-    telemetry_hz: float = option(MIN_TELEMETRY_HZ, least=MIN_TELEMETRY_HZ, most=1000.0, help="utilisation samples per second (20 to 1000)")
+    telemetry_hz: float = option(MIN_TELEMETRY_HZ, least=MIN_TELEMETRY_HZ, most=1000.0,
+                                 help="utilisation samples per second (20 to 1000)")
     calibrate: bool = option(True, help="measure the device's copy bandwidth and matmul rate before the points")
     name: str = option("", longest=200, help="a label for the run")
-    tensor_parallel: int = option(1, group=PARALLEL, least=1, most=MAX_RANKS, help="shard the fast engine's model over K ranks (default 1)")
-    replicas: int = option(1, group=PARALLEL, least=1, most=MAX_RANKS, help="K independent engines, each batch split between them (default 1)")
+    tensor_parallel: int = option(1, group=PARALLEL, least=1, most=MAX_RANKS,
+                                  help="shard the fast engine's model over K ranks (default 1)")
+    replicas: int = option(1, group=PARALLEL, least=1, most=MAX_RANKS,
+                           help="K independent engines, each batch split between them (default 1)")
     max_num_seqs: list[int] = option(factory=lambda: [8], group=CONTINUOUS, most=MAX_BATCH_SIZE,
                                      help="running-batch limit (slots of the KV cache): 8, 1,2,4 or pow2:1:256")
     arrival: str = option("", group=CONTINUOUS, help="open loop: poisson:RATE requests/s, or poisson:R1,R2,... to sweep")

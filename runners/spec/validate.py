@@ -47,7 +47,8 @@ def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> S
     context = record(found, "model", lambda: _check_model(model, model_roots))
     spec = SweepSpec(model=model)
     copy_given(spec, values, "dtype", "engine", "mode", "on_oom", "device", "name", "prompt_len", "output_len",
-               "repeats", "warmup", "seed", "max_batch_size", "tensor_parallel", "replicas", "telemetry_hz", "calibrate")
+               "repeats", "warmup", "seed", "max_batch_size", "tensor_parallel", "replicas", "telemetry_hz",
+               "calibrate")
     _check_choice(spec.dtype, DTYPES, "dtype", found)
     _check_choice(spec.engine, ENGINES, "engine", found)
     if spec.dtype in QUANT_DTYPES and spec.engine in ENGINES and spec.engine not in QUANT_ENGINES:
