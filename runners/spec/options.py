@@ -17,20 +17,19 @@ MAX_TEXT = 4096  # characters in a text option: a path, a URL or a command line 
 MAX_VALUES = 1024  # values in one list option
 MAX_BATCH_SIZE = 65_536  # the largest batch, running-batch limit or client count a list option takes
 MAX_MESSAGE = 170  # characters in a problem's message: with its field's name, a line under 200
-_LONG_RUN = re.compile(r"\S{33,}")  # a run of characters that a message shows cut
+_LONG_NUMBER = re.compile(r"\d{25,}")  # a number a message always shows cut
+_LONG_RUN = re.compile(r"\S{61,}")  # a run of characters a message too long shows cut (a path, a name)
 _WHOLE = re.compile(r"[+-]?\d+")
 _DIGITS = 18  # a whole number written with more digits is past every bound (all under 10¹⁸): never converted
 
 
 def cut(message: str) -> str:
-    """`message` with each long run of characters shown as its first ones and its length, and at most
+    """`message` with each long number shown as its first digits and its count, and, when it is still over
+    MAX_MESSAGE characters, each long run of characters as its first ones and its length; at most
     MAX_MESSAGE characters in all."""
-    def short(match: re.Match[str]) -> str:
-        run = match[0]
-        unit = "digits" if run.isdigit() else "characters"
-        return f"{run[:20]}… ({len(run):,} {unit})"
-
-    text = _LONG_RUN.sub(short, message)
+    text = _LONG_NUMBER.sub(lambda run: f"{run[0][:20]}… ({len(run[0]):,} digits)", message)
+    if len(text) > MAX_MESSAGE:
+        text = _LONG_RUN.sub(lambda run: f"{run[0][:40]}… ({len(run[0]):,} characters)", text)
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 1] + "…"
 
 
