@@ -7,6 +7,7 @@ import streamlit as st
 
 from batchscope import charts
 from batchscope.ui import resources
+from batchscope.ui.plain_text import plain
 from batchscope.ui.run_view import informative_run, run_title
 
 LATEST_RUNS = 5
@@ -53,6 +54,8 @@ page = st.navigation([
     st.Page("app_pages/explain.py", title="Explain", icon=":material/school:"),
 ], position="top")
 try:
+    if resources.store().read_only:  # said once for every page; each action that would write is off
+        st.info(plain(resources.store().read_only), icon=":material/lock:")
     page.run()
 except Exception as error:  # last line of defence: a message, never a traceback
     resources.show_unexpected(error, f"showing the {page.title} page")

@@ -25,7 +25,8 @@ def show_import() -> None:
     with st.expander("Import a run folder", expanded=all_runs.empty):
         path = st.text_input("Run folder path", key="import_path",
                              placeholder="/data/runs/20250101-120000-llama-3.1-8b (holds spec.json, status.json)")
-        if st.button("Import", key="import_button", icon=":material/upload:"):
+        if st.button("Import", key="import_button", icon=":material/upload:", disabled=bool(store.read_only),
+                     help=store.read_only):
             result = history_view.import_folder(store, path)
             if result.error:
                 st.error(plain(result.error))
@@ -120,7 +121,8 @@ target = st.selectbox("Run", list(labels_every), format_func=lambda rid: f"{labe
 rename_col, delete_col = st.columns(2)
 with rename_col:
     new_name = st.text_input("New name", key="rename_text")
-    if st.button("Rename", key="rename_button", icon=":material/edit:"):
+    if st.button("Rename", key="rename_button", icon=":material/edit:", disabled=bool(store.read_only),
+                 help=store.read_only):
         problem = history_view.rename_problem(new_name)
         if problem:
             st.error(problem)
@@ -131,7 +133,8 @@ with rename_col:
 with delete_col:
     also_folder = st.checkbox("Also delete its run folder on disk", key="delete_folder")
     if st.session_state.get("confirm_delete") != target:
-        if st.button("Delete…", key="delete_button", icon=":material/delete:"):
+        if st.button("Delete…", key="delete_button", icon=":material/delete:", disabled=bool(store.read_only),
+                     help=store.read_only):
             st.session_state["confirm_delete"] = target
             st.rerun()
     else:

@@ -203,12 +203,13 @@ else:
         for warning in estimate.warnings:
             st.warning(plain(warning), icon=":material/memory:")
 
-launch = st.button("Launch sweep", type="primary", disabled=bool(blocked), key="launch",
-                   help="Fix the messages above first." if blocked else "Runs in the background; "
-                   "you can close this tab.")
+read_only = resources.store().read_only  # a sweep is stored as it runs: not into a read-only history
+launch = st.button("Launch sweep", type="primary", disabled=bool(blocked or read_only), key="launch",
+                   help=read_only or ("Fix the messages above first." if blocked else "Runs in the background; "
+                                      "you can close this tab."))
 if blocked:
     st.caption(f"{blocked} problem(s) to fix before launching.")
-if launch and not blocked:
+if launch and not blocked and not read_only:
     try:
         run_id = resources.jobs().submit(values.spec_dict())
     except SpecError as error:

@@ -55,8 +55,8 @@ def show_progress(progress: dict, spec: dict, stored: int) -> None:
     eta_col.metric("ETA", view.eta)
     asked = f"cancel_requested_{run_id}"
     cancel_col.button("Cancelling…" if asked in st.session_state else "Cancel sweep", icon=":material/stop_circle:",
-                      key=f"cancel_{run_id}", disabled=asked in st.session_state, on_click=request_cancel,
-                      args=(asked,))
+                      key=f"cancel_{run_id}", disabled=asked in st.session_state or bool(store.read_only),
+                      help=store.read_only, on_click=request_cancel, args=(asked,))
     if st.session_state.get(asked) == UNKNOWN:
         st.warning("This run is no longer known to the job queue.")
     elif asked in st.session_state:
@@ -87,6 +87,8 @@ def show_outcome(progress: dict) -> None:
         st.warning(plain(f"The runner stopped without finishing ({reason}); finished points are kept."))
     elif state == "cancelled":
         st.info("The sweep was cancelled; finished points are kept.")
+    elif state == "done" and progress.get("error"):  # some points failed (runners.outcome)
+        st.warning(plain(f"The sweep finished, but {progress['error']}"))
     if progress.get("stopped_early"):
         st.info(plain(progress["stopped_early"]))
 
@@ -141,9 +143,10 @@ def price_control(gpu: str) -> float | None:
     if key not in st.session_state:
         st.session_state[key] = answers_view.stored_price(store, gpu)
     price = st.number_input(f"Price per GPU-hour of {gpu} (for cost per 1M output tokens)", min_value=0.0,
-                            step=0.5, format="%.2f", key=key, placeholder="not set",
-                            help="Kept per GPU type for every run on it (and for `python -m batchscope report`). "
-                                 "Cost per 1M output tokens = price × GPUs ÷ (output tok/s × 3600) × 10⁶.")
+                            step=0.5, format="%.2f", key=key, placeholder="not set", disabled=bool(store.read_only),
+                            help=store.read_only or "Kept per GPU type for every run on it (and for `python -m "
+                                 "batchscope report`). Cost per 1M output tokens = price × GPUs ÷ (output tok/s × "
+                                 "3600) × 10⁶.")
     if price != answers_view.stored_price(store, gpu):
         answers_view.save_price(store, gpu, price)
     return price

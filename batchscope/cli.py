@@ -1,7 +1,7 @@
 """`python -m batchscope import|runs|report`: the history DB from a shell, e.g. after a headless GPU run.
 
-Exit codes: 0 ok, 1 the DB could not be opened (held by the app, or written by a newer BatchScope), 2 bad
-input (one line on stderr says what).
+Exit codes: 0 ok, 1 the DB could not be used (held by another BatchScope past BATCHSCOPE_DB_WAIT_S, read-only
+for an import, or written by a newer BatchScope), 2 bad input (one line on stderr says what).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from batchscope.jobs import settle_if_runner_gone
 from batchscope.migrations import SchemaTooNewError
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
+from batchscope.store_file import StoreUnavailableError
 
 EXIT_OK, EXIT_DB, EXIT_USAGE = 0, 1, 2
 TABLE_COLUMNS = ["run_id", "name", "state", "model", "dtype", "engine", "points", "points_ok",
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except SchemaTooNewError as error:
         print(f"error: {error}; open it with that version or pass another --db", file=sys.stderr)
+        return EXIT_DB
+    except StoreUnavailableError as error:
+        print(f"error: {error}", file=sys.stderr)
         return EXIT_DB
     except duckdb.Error as error:
         first_line = str(error).strip().splitlines()[0]

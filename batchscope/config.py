@@ -18,6 +18,13 @@ def db_path() -> Path:
     return _path_from_env("BATCHSCOPE_DB", REPO_ROOT / "data" / "batchscope.duckdb")
 
 
+def db_wait_s() -> float:
+    """How long opening the DB waits out another process's hold on it (an import, a starting app) before
+    saying so: $BATCHSCOPE_DB_WAIT_S seconds, else 30."""
+    value = os.environ.get("BATCHSCOPE_DB_WAIT_S")
+    return float(value) if value else 30.0
+
+
 def runs_dir() -> Path:
     """Where the job manager creates run folders: $BATCHSCOPE_RUNS, else data/runs."""
     return _path_from_env("BATCHSCOPE_RUNS", REPO_ROOT / "data" / "runs")

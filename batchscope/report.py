@@ -23,6 +23,7 @@ from batchscope.analysis.marker import num, pct
 from batchscope.analysis.model_facts import quant_note
 from batchscope.analysis.regression import Comparison, compare
 from batchscope.store import Store
+from batchscope.store_file import StoreUnavailableError
 from runners.spec.refine import PLATEAU_GAIN
 
 EXIT_USAGE = 2
@@ -82,8 +83,8 @@ def main(argv: list[str]) -> int:
                     price = parse_price(store.setting(setting_key(device_type(run))))
                 except ValueError:
                     price = None  # a bad stored price is the app's to report; the report goes without cost
-    except duckdb.IOException as err:
-        print(f"Cannot open {db} (is the dashboard holding it?): {err}", file=sys.stderr)
+    except (duckdb.IOException, StoreUnavailableError) as err:
+        print(f"Cannot open {db}: {err}", file=sys.stderr)
         return 1
     versus = None
     if args.baseline is not None:

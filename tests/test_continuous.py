@@ -182,7 +182,7 @@ CONT = {"model": "tiny", "mode": "continuous", "engine": "fast"}
     ({**CONT, "concurrency": 4, "max_num_seqs": 64, "max_num_batched_tokens": 32}, "max_num_batched_tokens", "≥ max_num_seqs"),
     ({**CONT, "concurrency": 4, "num_requests": 0}, "num_requests", "≥ 1"),
     ({**CONT, "concurrency": 4, "kv_cache_tokens": 10}, "kv_cache_tokens", "longest request"),
-    ({**CONT, "concurrency": 4, "gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "0.1 to 0.98"),
+    ({**CONT, "concurrency": 4, "gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "at most 0.98"),
     ({**CONT, "concurrency": 4, "gpu_memory_utilization": "most"}, "gpu_memory_utilization", "not a number"),
     ({**CONT, "concurrency": 4, "slo_metric": "tpot"}, "slo_metric", "one of"),
     ({**CONT, "concurrency": 4, "slo_ms": -5}, "slo_ms", "positive"),
