@@ -29,7 +29,7 @@ EXIT_USAGE = 2
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m batchscope report",
+    parser = argparse.ArgumentParser(prog="python -m batchscope report", allow_abbrev=False,
                                      description="Knee, SLO working point and roofline for one stored run.")
     parser.add_argument("run_id")
     parser.add_argument("--db", type=Path, default=None, help="history DB (default: $BATCHSCOPE_DB or data/)")
