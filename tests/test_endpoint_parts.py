@@ -74,15 +74,16 @@ def outcome(index: int, arrival: float, sent: float, chunks: list[float], error:
 def test_a_repeat_keeps_finished_requests_and_counts_the_failed_ones_by_kind() -> None:
     served = Served([
         outcome(0, 0.0, 0.0, [0.100, 0.110, 0.130], usage=(7, 3)),  # TTFT 100 ms, gaps 10 and 20 ms
-        outcome(1, 0.050, 0.051, [0.450, 0.460]),  # no usage: the drawn prompt, 2 chunks; TTFT 400 ms
+        outcome(1, 0.050, 0.051, [0.450, 0.460]),  # no usage: the drawn prompt, 2 chunks of 4 asked; TTFT 400 ms
         outcome(2, 0.060, 0.060, [], error="connection refused"),
         outcome(3, 0.070, 0.070, [0.200], error="truncated stream"),
     ], start=100.0)
-    rep = endpoint_repeat(4, 0, 2, served, [9, 11, 13, 15], "ttft", 300.0)
+    rep = endpoint_repeat(4, 0, 2, served, [9, 11, 13, 15], [3, 4, 5, 6], "ttft", 300.0)
     rows = {r["request_index"]: r for r in rep.requests}
     assert sorted(rows) == [0, 1]
-    assert rows[0]["prompt_len"] == 7 and rows[0]["output_len"] == 3
-    assert rows[1]["prompt_len"] == 11 and rows[1]["output_len"] == 2
+    assert (rows[0]["prompt_len"], rows[0]["output_len"], rows[0]["generated_len"]) == (7, 3, 3)
+    # the server ended request 1 early (its length not forced): asked 4, generated 2
+    assert (rows[1]["prompt_len"], rows[1]["output_len"], rows[1]["generated_len"]) == (11, 4, 2)
     assert rows[0]["ttft_ms"] == pytest.approx(100.0) and rows[1]["ttft_ms"] == pytest.approx(400.0)
     assert rows[0]["e2e_ms"] == pytest.approx(130.0) and rows[0]["queue_ms"] is None
     assert sorted(rep.itl) == pytest.approx([10.0, 10.0, 20.0])
@@ -95,6 +96,7 @@ def test_a_repeat_keeps_finished_requests_and_counts_the_failed_ones_by_kind() -
     assert rep.in_flight == pytest.approx(in_flight / wall_s)
     out = summarise(4, 2, [rep, rep], 1, "ttft", 300.0)
     assert out["status"] == "ok" and out["outlier_steps"] is None and out["prefill_tokens_per_s"] is None
+    assert out["output_len_mean"] == pytest.approx(2.5)  # the tokens generated, over which throughput is
     assert out["error"] == ("4 of 8 requests failed: connection refused ×2, truncated stream ×2 "
                             "(first: connection refused: refused by 127.0.0.1:1)")
     assert out["ttft_ms_p50"] == pytest.approx(250.0)
@@ -103,7 +105,7 @@ def test_a_repeat_keeps_finished_requests_and_counts_the_failed_ones_by_kind() -
 def test_a_repeat_with_no_finished_request_is_an_error() -> None:
     served = Served([outcome(0, 0.0, 0.0, [], error="HTTP 503"), outcome(1, 0.0, 0.0, [], error="HTTP 503")], 0.0)
     with pytest.raises(RuntimeError, match=r"all 2 requests failed: 2 of 2 requests failed: HTTP 503 ×2"):
-        endpoint_repeat(0, 0, 1, served, [4, 4], "ttft", 1000.0)
+        endpoint_repeat(0, 0, 1, served, [4, 4], [2, 2], "ttft", 1000.0)
 
 
 def test_the_endpoint_engine_takes_the_endpoint_mode_and_sweeps_the_load() -> None:
