@@ -22,6 +22,7 @@ from batchscope.analysis.cost import at_working_point, device_type, parse_price,
 from batchscope.analysis.marker import num, pct
 from batchscope.analysis.model_facts import quant_note
 from batchscope.analysis.regression import Comparison, compare
+from batchscope.endpoint_text import endpoint_lines
 from batchscope.store import Store
 from runners.spec.refine import PLATEAU_GAIN
 
@@ -149,6 +150,9 @@ def to_markdown(report: Report) -> str:
              f"{head['state']}", ""]
     if head["fingerprint"]:
         lines += [f"Environment: {head['fingerprint']}", ""]
+    endpoint = endpoint_lines(run.get("env"))
+    if endpoint:
+        lines += [" ".join(endpoint), ""]
     guard = quant_note(run.get("model"))
     if guard:
         lines += [f"Accuracy guard: {guard}", ""]
