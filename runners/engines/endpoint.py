@@ -54,9 +54,9 @@ class Capabilities:
         """One line for the fingerprint and the log."""
         added = ("" if self.prompt_tokens_added is None else
                  f", the server counts {self.prompt_tokens_added:+d} prompt tokens over those sent")
+        usage = "from the stream" if self.usage == "server" else "counted from chunks"
         return (f"{self.api} API, prompts as {'token ids' if self.prompt == 'ids' else 'text'}, output lengths "
-                f"{LENGTH_TEXT[self.length]}, usage {'from the stream' if self.usage == 'server' else 'counted from chunks'}, "
-                f"streams end at {self.end}{added}")
+                f"{LENGTH_TEXT[self.length]}, usage {usage}, streams end at {self.end}{added}")
 
 
 def request_body(caps: Capabilities, model: str, prompt: list[int] | str, max_tokens: int, stream: bool,
@@ -141,7 +141,8 @@ class EndpointClient:
         except Unreachable:
             return False
 
-    def probe(self, caps: Capabilities, prompt: list[int] | str, max_tokens: int = 2) -> tuple[str | None, CompletionStream]:
+    def probe(self, caps: Capabilities, prompt: list[int] | str,
+              max_tokens: int = 2) -> tuple[str | None, CompletionStream]:
         """One small streamed request made as `caps` say: (None, its parsed stream) when the server took it,
         else (why not, an empty stream)."""
         async def post() -> tuple[str | None, CompletionStream]:

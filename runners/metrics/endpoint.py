@@ -46,7 +46,8 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
         itl.extend(gaps)
         arrival = o.arrival_s * 1e3
         prompt = o.prompt_tokens if o.prompt_tokens is not None else prompt_lens[o.index]
-        row = request_row(base, o.index, prompt, output_lens[o.index], None, ms[0] - arrival, ms[-1] - arrival, gaps)
+        row = request_row(base, o.index, prompt, output_lens[o.index], None, ms[0] - arrival, ms[-1] - arrival,
+                          gaps)
         value = row["itl_ms_mean"] if slo_metric == "itl" else row[f"{slo_metric}_ms"]
         met += value is None or value <= slo_ms
         rows.append(row)

@@ -140,8 +140,8 @@ class EndpointRun:
                                  f"{self.ctx.folder.root.name}/p{self.index}/r{repeat}")
         # the server's phases are not seen from here, so a measured repeat's samples are all tagged decode
         window = Window(repeat, served.start, served.start, served.start + served.end_s)
-        return endpoint_repeat(self.index, repeat, self.point.batch_size, served, batch.prompt_lens, batch.output_lens,
-                               spec.slo_metric, spec.slo_ms), window
+        return endpoint_repeat(self.index, repeat, self.point.batch_size, served, batch.prompt_lens,
+                               batch.output_lens, spec.slo_metric, spec.slo_ms), window
 
     def summarise(self, repeats: list[EndpointRepeat]) -> Summary:
         spec = self.ctx.spec
