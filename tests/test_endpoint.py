@@ -111,6 +111,10 @@ def test_a_concurrency_sweep_against_a_real_server_lands_in_the_db(swept: Path, 
     assert points["output_tokens_per_s"].iloc[2] > points["output_tokens_per_s"].iloc[0]  # batching pays on the server
     assert run["engine"] == "endpoint" and run["mode"] == "endpoint"
     assert run["env"]["engine"].startswith(f"endpoint http://127.0.0.1:{server[0]}/v1")
+    # api auto: the server answers completions, takes token ids and ignore_eos, and ends streams at [DONE]
+    assert run["env"]["endpoint"] == {"api": "completions", "prompt": "ids", "length": "ignore_eos",
+                                      "stream_options": True, "usage": "server", "end": "[DONE]",
+                                      "prompt_tokens_added": 0}
     # token ids go as the prompt, so every request has exactly the length the workload drew
     spec = validate({k: v for k, v in json.loads((swept / "spec.json").read_text()).items()
                      if k not in ("run_id", "created_at")})
