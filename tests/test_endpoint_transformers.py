@@ -30,13 +30,14 @@ from runners.workload import TEXT_WORDS
 from tests.runner_helpers import REPO, read_status, runner_cmd
 from tests.test_pages import home, no_traceback, open_page, texts  # noqa: F401 (home is a fixture)
 
-pytestmark = pytest.mark.skipif(not is_serve_available(), reason="transformers[serving] (fastapi, uvicorn, openai) "
-                                "is not installed: requirements-dev.txt installs it")
+pytestmark = [pytest.mark.skipif(not is_serve_available(), reason="transformers[serving] (fastapi, uvicorn, openai) "
+                                 "is not installed: requirements-dev.txt installs it"),
+              pytest.mark.timeout(420)]  # the first test waits for the server and both sweeps (~1 min here)
 
 SPECIAL = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")  # two tokens around one user message
-READY_S, SWEEP_S = 120, 240
+READY_S, SWEEP_S = 90, 150
 
 
 def tiny_llama(folder: Path) -> Path:
