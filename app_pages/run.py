@@ -11,6 +11,7 @@ import streamlit as st
 from batchscope import charts, timeline
 from batchscope.analysis.cost import at_working_point, device_type, with_cost
 from batchscope.analysis.model_facts import quant_note
+from batchscope.endpoint_text import endpoint_lines
 from batchscope.ui import answers_view, form_state, resources, run_view, tables
 from batchscope.ui.history_view import overlay_labels
 from batchscope.ui.plain_text import plain
@@ -182,10 +183,11 @@ def show_timeline(data: run_view.RunData) -> None:
                    "is padding the GPU still computes.")
 
 
-def show_workload(spec: dict) -> None:
-    """What each point ran (lengths, repeats, requests), and a way to run it again with one thing changed."""
+def show_workload(spec: dict, env: dict | None) -> None:
+    """What each point ran (lengths, repeats, requests; how an endpoint's requests were made), and a way to
+    run it again with one thing changed."""
     text_col, again_col = st.columns([4, 1], vertical_alignment="center")
-    for line in run_view.workload_lines(spec):
+    for line in run_view.workload_lines(spec) + endpoint_lines(env):
         text_col.caption(plain(line))
     if again_col.button("Run this again / change one thing", icon=":material/replay:", key=f"again_{run_id}",
                         disabled=not spec, help="Opens New sweep filled in with this run's settings and SLO."):
@@ -221,7 +223,7 @@ def run_body(live_at_start: bool) -> None:
     if where:
         st.caption(plain(where), help="BATCHSCOPE_RAY_ADDRESS sends sweeps to a Ray cluster's GPU nodes; each "
                                       "finished point comes back to this app as it is written.")
-    show_workload(data.run.get("spec") or {})
+    show_workload(data.run.get("spec") or {}, data.run.get("env"))
     accuracy = quant_note(data.run.get("model"))
     if accuracy:
         st.caption(plain(f"Accuracy vs bfloat16: {accuracy}"))

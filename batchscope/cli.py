@@ -30,6 +30,11 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """One-line errors, and no abbreviated options (every subcommand's parser is one of these)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
     def error(self, message: str) -> None:  # argparse's hook; raising keeps the message to one line
         command = " ".join(["python -m batchscope", *self.prog.split()[1:], "--help"])
         raise UsageError(f"{message} (see: {command})")

@@ -22,6 +22,7 @@ from batchscope.analysis.cost import at_working_point, device_type, parse_price,
 from batchscope.analysis.marker import num, pct
 from batchscope.analysis.model_facts import quant_note
 from batchscope.analysis.regression import Comparison, compare
+from batchscope.endpoint_text import endpoint_lines
 from batchscope.store import Store
 from batchscope.store_file import StoreUnavailableError
 from runners.spec.refine import PLATEAU_GAIN
@@ -30,7 +31,7 @@ EXIT_USAGE = 2
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m batchscope report",
+    parser = argparse.ArgumentParser(prog="python -m batchscope report", allow_abbrev=False,
                                      description="Knee, SLO working point and roofline for one stored run.")
     parser.add_argument("run_id")
     parser.add_argument("--db", type=Path, default=None, help="history DB (default: $BATCHSCOPE_DB or data/)")
@@ -150,6 +151,9 @@ def to_markdown(report: Report) -> str:
              f"{head['state']}", ""]
     if head["fingerprint"]:
         lines += [f"Environment: {head['fingerprint']}", ""]
+    endpoint = endpoint_lines(run.get("env"))
+    if endpoint:
+        lines += [" ".join(endpoint), ""]
     guard = quant_note(run.get("model"))
     if guard:
         lines += [f"Accuracy guard: {guard}", ""]

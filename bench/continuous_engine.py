@@ -125,7 +125,8 @@ def ttft_part(loaded: LoadedModel, static: FastEngine) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--models", default="llama-3.2-1b,llama-3.1-8b")
     ap.add_argument("--parts", default="prefill,decode,ttft")
     ap.add_argument("--json", default="docs/bench-continuous-engine.json")

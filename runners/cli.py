@@ -26,9 +26,9 @@ SPEC_FIELDS = fields(SweepSpec)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m runners", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m runners", description=__doc__, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    sweep = sub.add_parser("sweep", help="run a batch-size sweep and write a run folder")
+    sweep = sub.add_parser("sweep", help="run a batch-size sweep and write a run folder", allow_abbrev=False)
     sweep.add_argument("--spec", type=Path, help="JSON file with any of the options below")
     sweep.add_argument("--out", type=Path, required=True, help="run folder to create (data/runs/<id>)")
     groups: dict[str, Any] = {"": sweep}
@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             group.add_argument(f"--{flag}", dest=f.name, help=f.metadata["help"])
     _serve_parser(sub.add_parser("serve", help="serve one model over an OpenAI-compatible HTTP API (continuous "
-                                                "engine)"))
+                                                "engine)",
+                                allow_abbrev=False))
     return parser
 
 

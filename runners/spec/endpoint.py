@@ -15,7 +15,8 @@ from runners.spec.sweep import SweepSpec, check_context, check_draws
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens")  # the spec fields a server command may template
 PROMPT_FORMATS = ("auto", "ids", "text")
-TEXT_FIELDS = ("url", "model_name", "api_key_env", "server_labels", "server_command", "prompt_format")
+APIS = ("auto", "completions", "chat")
+TEXT_FIELDS = ("url", "model_name", "api_key_env", "server_labels", "server_command", "prompt_format", "api")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -75,6 +76,10 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
     if spec.prompt_format not in PROMPT_FORMATS:
         found.setdefault("prompt_format", f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}: "
                                           f"got {spec.prompt_format!r}")
+    if spec.api not in APIS:
+        found.setdefault("api", f"api must be one of {', '.join(APIS)}: got {spec.api!r}")
+    elif spec.api == "chat" and spec.prompt_format == "ids":
+        found.setdefault("prompt_format", "the chat API takes text: prompt_format ids needs api completions")
     record(found, "server_command", lambda: check_command(spec.server_command))
     check_load(spec, values, found)
     if len(spec.max_num_seqs) > 1 and "max_num_seqs" not in templated(spec) and "max_num_seqs" not in found:

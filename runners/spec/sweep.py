@@ -101,8 +101,13 @@ class SweepSpec:
                                       "like a shell line, never run by a shell; {max_num_seqs} and "
                                       "{max_num_batched_tokens} become the point's values, so --max-num-seqs "
                                       "may list values to sweep")
+    api: str = option("auto", group=ENDPOINT,
+                      help="completions, chat (each prompt's words as one user message; the server's usage "
+                           "counts its chat template too) or auto (completions where the server takes it, else "
+                           "chat)")
     prompt_format: str = option("auto", group=ENDPOINT,
-                                help="auto (token ids where the server takes them, else text), ids or text")
+                                help="auto (token ids where the server takes them, else text), ids or text; "
+                                     "chat takes text")
     request_timeout_s: float = option(600.0, group=ENDPOINT, above=0, most=MAX_WAIT_S,
                                       help="a request still unfinished after this many seconds fails (default 600)")
     ready_timeout_s: float = option(600.0, group=ENDPOINT, above=0, most=MAX_WAIT_S,
