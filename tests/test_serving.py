@@ -92,3 +92,37 @@ def test_what_counts_as_a_provider_and_as_loopback(tmp_path: Path) -> None:
     partial.write_text('[auth]\nredirect_uri = "http://x.test/oauth2callback"\ncookie_secret = "c"\n')
     for path, configured in ((named, True), (default, True), (partial, False), (tmp_path / "none.toml", False)):
         assert serving.provider_configured(serving.auth_section([path])) is configured, path
+
+
+def test_the_app_itself_refuses_a_network_address_or_a_proxy_without_a_provider() -> None:
+    assert serving.refusal(["--server.address", "localhost"], trusted=False, files=[]) is None
+    behind = serving.refusal(["--server.address", "localhost"], trusted=False, files=[], proxied=True)
+    assert behind is not None and "localhost behind a reverse proxy without sign-in" in behind
+    assert serving.refusal(["--server.address", "localhost"], trusted=True, files=[], proxied=True) is None
+
+
+@pytest.fixture
+def network_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """app.py in Streamlit's AppTest, configured to bind 0.0.0.0 (as if started without run.sh)."""
+    from streamlit import config
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("BATCHSCOPE_DB", str(tmp_path / "history.duckdb"))
+    monkeypatch.setenv("BATCHSCOPE_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("BATCHSCOPE_DEMO", str(tmp_path / "no-demo-runs"))
+    before = config.get_option("server.address")
+    config.set_option("server.address", "0.0.0.0")
+    yield lambda: AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
+    config.set_option("server.address", before)
+
+
+def test_started_on_the_network_without_run_sh_the_app_shows_only_the_refusal(network_app, monkeypatch) -> None:
+    monkeypatch.delenv(serving.TRUSTED_ENV, raising=False)
+    refused = network_app()
+    shown = [e.value.replace("\\", "") for e in refused.error]  # plain() escapes Markdown
+    assert shown and "refusing to serve on 0.0.0.0 without sign-in" in shown[0]
+    assert not [t for t in refused.title if t.value == "BatchScope"]
+    monkeypatch.setenv(serving.TRUSTED_ENV, "1")
+    trusted = network_app()
+    assert any("trusted network" in w.value for w in trusted.warning)
+    assert [t.value for t in trusted.title] == ["BatchScope"]

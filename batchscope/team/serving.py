@@ -71,12 +71,15 @@ def provider_configured(auth: dict[str, Any]) -> bool:
     return any(all(provider.get(key) for key in PROVIDER_KEYS) for provider in providers)
 
 
-def refusal(args: list[str], trusted: bool, files: list[Path] | None = None) -> str | None:
-    """The one line run.sh prints when it must not start; None when it may."""
+def refusal(args: list[str], trusted: bool, files: list[Path] | None = None, proxied: bool = False) -> str | None:
+    """The one line run.sh prints when it must not start (and the app shows, also when a reverse proxy
+    forwards the network to a loopback address); None when it may."""
     address = served_address(args)
-    if is_loopback(address) or trusted or provider_configured(auth_section(files or secrets_files())):
+    found = auth_section(files if files is not None else secrets_files())
+    if (is_loopback(address) and not proxied) or trusted or provider_configured(found):
         return None
-    return (f"batchscope: refusing to serve on {address or 'every address'} without sign-in: configure an "
+    where = f"{address} behind a reverse proxy" if proxied else address or "every address"
+    return (f"batchscope: refusing to serve on {where} without sign-in: configure an "
             f"OpenID Connect provider under [auth] in .streamlit/secrets.toml (copy .streamlit/secrets.example.toml; "
             f"docs/team.md), or add {TRUSTED_FLAG} to serve without sign-in on a network you trust")
 

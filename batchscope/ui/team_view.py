@@ -66,9 +66,11 @@ def gate() -> User:
     auth = auth_settings()
     if not serving.provider_configured(auth):
         address = st.get_option("server.address") or ""
-        if not serving.is_loopback(address):
+        # a reverse proxy in front brings the network to an app bound to loopback
+        proxied = any(st.context.headers.get(name) for name in ("X-Forwarded-For", "Forwarded"))
+        if proxied or not serving.is_loopback(address):
             if os.environ.get(serving.TRUSTED_ENV) != "1":
-                st.error(plain(serving.refusal(["--server.address", address], trusted=False, files=[]) or ""))
+                st.error(plain(serving.refusal(["--server.address", address], False, [], proxied) or ""))
                 st.stop()
             st.warning(f"Served without sign-in on a trusted network ({serving.TRUSTED_FLAG}): everyone who "
                        f"reaches this address acts as the one local admin.", icon=":material/lock_open:")
