@@ -134,10 +134,10 @@ def launch_long_sweep(tab, name: str) -> str:
     choose(tab, "Device", "cpu")
     tab.get_by_text("Explicit list", exact=True).click()
     settle(tab)
-    type_into(tab, "Batch sizes", "1,2,4,8,16,32,64,128")
+    type_into(tab, "Batch sizes", "1,2,4,8,16,32,64,128,256")
     type_into(tab, "Prompt length", "fixed:16")
-    type_into(tab, "Output length", "fixed:512")
-    type_into(tab, "Repeats", "3")
+    type_into(tab, "Output length", "fixed:1024")
+    type_into(tab, "Repeats", "5")  # minutes of work: the admin cancels it long before it ends
     type_into(tab, "Run name (optional)", name)
     tab.get_by_role("button", name="Launch sweep").click()
     tab.wait_for_url("**/run?run=*", timeout=30_000)

@@ -80,7 +80,10 @@ def gate() -> User:
     if user is None:
         sign_in_page(auth)
         st.stop()
-    actions.sign_in(resources.store(), user, st.user.get("iat"))
+    issued = st.user.get("iat")
+    if st.session_state.get("batchscope_sign_in_recorded") != issued:  # once a session, not every rerun
+        actions.sign_in(resources.store(), user, issued)
+        st.session_state["batchscope_sign_in_recorded"] = issued
     st.session_state[USER_KEY] = user
     with st.sidebar:
         st.html(RETURN_JS, unsafe_allow_javascript=True)
@@ -98,7 +101,7 @@ def sign_in_page(auth: dict[str, Any]) -> None:
     for name in providers(auth):
         if st.button(f"Sign in with {name}" if name else "Sign in", type="primary", key=f"sign_in_{name}",
                      icon=":material/login:"):
-            st.login(name) if name else st.login()
+            st.login(name)  # None: the provider configured in [auth] itself
 
 
 def user() -> User:
