@@ -12,7 +12,8 @@ from batchscope import charts, timeline
 from batchscope.analysis.cost import at_working_point, device_type, with_cost
 from batchscope.analysis.model_facts import quant_note
 from batchscope.endpoint_text import endpoint_lines
-from batchscope.ui import answers_view, form_state, resources, run_view, tables
+from batchscope.team import actions
+from batchscope.ui import answers_view, form_state, resources, run_view, tables, team_view
 from batchscope.ui.history_view import overlay_labels
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import latency_choice, slo_control
@@ -55,6 +56,9 @@ def show_progress(progress: dict, spec: dict, stored: int) -> None:
     elapsed_col.metric("Elapsed", view.elapsed)
     eta_col.metric("ETA", view.eta)
     asked = f"cancel_requested_{run_id}"
+    if not actions.may_manage(team_view.user(), (store.run(run_id) or {}).get("owner")):
+        cancel_col.caption("Only its owner or an admin may cancel this sweep.")
+        return
     cancel_col.button("Cancelling…" if asked in st.session_state else "Cancel sweep", icon=":material/stop_circle:",
                       key=f"cancel_{run_id}", disabled=asked in st.session_state or bool(store.read_only),
                       help=store.read_only, on_click=request_cancel, args=(asked,))
@@ -71,9 +75,11 @@ UNKNOWN = "unknown to the job queue"
 def request_cancel(asked: str) -> None:
     """Ask the runner to stop, and remember when, so the button is drawn pressed (before the redraw)."""
     try:
-        resources.jobs().cancel(run_id)
+        actions.cancel(resources.jobs(), team_view.user(), run_id)
     except KeyError:
         st.session_state[asked] = UNKNOWN
+    except actions.NotAllowed as refused:  # the button is not drawn for them; a scripted click lands here
+        st.error(plain(str(refused)))
     else:
         st.session_state[asked] = datetime.now().strftime("%H:%M:%S")
 

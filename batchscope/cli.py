@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 
 from batchscope import config
-from batchscope.ingest import ingest_run
+from batchscope.ingest import default_owner, ingest_run
 from batchscope.jobs import settle_if_runner_gone
 from batchscope.migrations import SchemaTooNewError
 from batchscope.runfolder import RunFolder
@@ -88,6 +88,8 @@ def _import(args: argparse.Namespace) -> int:
     with Store(args.db or config.db_path()) as store:
         for folder in args.run_dirs:
             report = ingest_run(store, folder, demo=args.demo)
+            if store.run(report.run_id) is not None:  # the audit trail names who imported it (issue 33)
+                store.record(default_owner(), "import", report.run_id, str(folder))
             for warning in report.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
             settle_if_runner_gone(store, report.run_id)

@@ -123,13 +123,14 @@ class JobManager:
 
     # ---- public API ----------------------------------------------------------------------------
 
-    def submit(self, spec: dict[str, Any]) -> str:
+    def submit(self, spec: dict[str, Any], owner: str = "local") -> str:
         """Validate, create the run folder (spec.json + queued status.json) and queue it; returns run id.
 
         `cluster_gpu` (a GPU type of the Ray cluster, e.g. "H200") sends the run to the cluster, asking
         for one GPU of that type per rank on one node, instead of running it on this machine.
         Raises runners.spec.SpecError for bad input, and StoreUnavailableError for a read-only history,
-        before anything is written.
+        before anything is written. `owner` is who launched it (batchscope.team.actions checks they may,
+        and their queue limit).
         """
         if self.store.read_only:
             raise StoreUnavailableError(self.store.read_only)
@@ -144,7 +145,7 @@ class JobManager:
         status = new_status(run_id, "queued", point_count(runner_spec.SweepSpec(**validated)))
         write_json(folder / SPEC, spec_out)
         write_json(folder / STATUS, status)
-        self.store.upsert_run(run_id, folder, spec_out, status, None, None, None)
+        self.store.upsert_run(run_id, folder, spec_out, status, None, None, None, owner=owner)
         self._enqueue(run_id, folder, spec_out)
         return run_id
 

@@ -127,9 +127,17 @@ _V8_PAGED_KV = [  # the continuous engine's block pool: preemptions and blocks (
     "ALTER TABLE steps ADD COLUMN preemptions INTEGER",
 ]
 
+_V9_TEAM = [  # issue 33: who owns each run (existing rows: the local user, demo runs: "demo"), and the audit trail
+    "ALTER TABLE runs ADD COLUMN owner VARCHAR",
+    "UPDATE runs SET owner = CASE WHEN demo THEN 'demo' ELSE 'local' END WHERE owner IS NULL",
+    """CREATE TABLE audit (
+        occurred_at TIMESTAMP NOT NULL, actor VARCHAR NOT NULL, action VARCHAR NOT NULL, run_id VARCHAR, detail VARCHAR
+    )""",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
 MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
-                               _V6_OUTLIER_STEPS, _V7_TRUST, _V8_PAGED_KV]
+                               _V6_OUTLIER_STEPS, _V7_TRUST, _V8_PAGED_KV, _V9_TEAM]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

@@ -79,7 +79,7 @@ def _on_conflict(column: str) -> str:
     keeps its stored value when the refresh has none."""
     if column in _STATUS_COLUMNS or column == "demo":
         return f"{column} = excluded.{column}"
-    if column in ("created_at", "imported_at"):
+    if column in ("created_at", "imported_at", "owner"):  # owner: whoever stored the run first
         return f"{column} = coalesce(runs.{column}, excluded.{column})"
     return f"{column} = coalesce(excluded.{column}, runs.{column})"
 
@@ -151,6 +151,7 @@ class Store:
         since: datetime | date | str | None = None,
         until: datetime | date | str | None = None,
         demo: bool | None = None,
+        owner: str | Sequence[str] | None = None,
     ) -> pd.DataFrame:
         """One row per run, newest first; each filter takes a value or a list of accepted values.
 
@@ -159,7 +160,7 @@ class Store:
         """
         where, params = [], []
         for column, accepted in (("r.model", model), ("r.dtype", dtype), ("r.gpu", gpu),
-                                 ("r.engine", engine), ("r.state", state)):
+                                 ("r.engine", engine), ("r.state", state), ("r.owner", owner)):
             values = _as_list(accepted)
             if values is not None:
                 where.append(f"list_contains(?::VARCHAR[], {column})")
@@ -189,7 +190,7 @@ class Store:
                    r.transformers_version, r.python_version, r.host, r.engine_version, r.fingerprint,
                    r.points_done, r.points_total,
                    coalesce(p.points, 0) AS points, coalesce(p.points_ok, 0) AS points_ok,
-                   p.best_output_tokens_per_s, r.started_at, r.finished_at, r.demo, r.folder
+                   p.best_output_tokens_per_s, r.started_at, r.finished_at, r.demo, r.folder, r.owner
             FROM r LEFT JOIN p USING (run_id)
             {"WHERE " + " AND ".join(where) if where else ""}
             ORDER BY r.created_at DESC NULLS LAST, r.run_id DESC
@@ -302,10 +303,12 @@ class Store:
         model: Mapping[str, Any] | None,
         calibration: Mapping[str, Any] | None,
         demo: bool = False,
+        owner: str = "local",
     ) -> None:
         """Insert or refresh a run. Status fields always follow `status`; env/model/calibration given as
-        None keep what is stored (the runner writes them after it starts); a user's rename is kept."""
-        values = self._run_values(run_id, folder, spec, status, env, model, calibration, demo)
+        None keep what is stored (the runner writes them after it starts); a user's rename is kept, and
+        so is the owner the run was first stored with."""
+        values = {**self._run_values(run_id, folder, spec, status, env, model, calibration, demo), "owner": owner}
         columns = list(values)
         updates = ", ".join(_on_conflict(column) for column in columns if column not in ("run_id", "name"))
         sql = (f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) "
@@ -471,3 +474,25 @@ class Store:
             self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batchscope_source")
         finally:
             self._con.unregister("_batchscope_source")
+
+    # ---- team: the audit trail (issue 33) ------------------------------------------------------
+
+    def record(self, actor: str, action: str, run_id: str | None = None, detail: str | None = None) -> None:
+        """Append one audit row: who did what to which run, and when (UTC)."""
+        with self._write_lock:
+            self._con.execute("INSERT INTO audit VALUES (?, ?, ?, ?, ?)", [utc_now(), actor, action, run_id, detail])
+
+    def record_once(self, actor: str, action: str, detail: str) -> bool:
+        """Append a row unless one with this actor, action and detail exists (one sign-in per ID token,
+        however many tabs it opens); True when it was appended."""
+        with self._write_lock:
+            if self._con.execute("SELECT 1 FROM audit WHERE actor = ? AND action = ? AND detail = ?",
+                                 [actor, action, detail]).fetchone():
+                return False
+            self.record(actor, action, None, detail)
+            return True
+
+    def audit(self, limit: int = 1000) -> pd.DataFrame:
+        """The latest audit rows, newest first: occurred_at, actor, action, run_id, detail."""
+        return self._frame("SELECT occurred_at, actor, action, run_id, detail FROM audit "
+                           "ORDER BY occurred_at DESC LIMIT ?", [limit])
