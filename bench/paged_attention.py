@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runners import calibrate, paged_attention, paged_kernels  # noqa: E402
+from runners.quant_kernels import graph_replay_ms  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 SLOT_LEN = 2624
@@ -32,25 +33,8 @@ CONFIGS = [(16, C()), (32, C()), (64, C()), (16, C(tile=32)), (16, C(tile=128)),
 
 
 def graph_ms(fn, reps: int = 50) -> float:
-    """Median ms of one call, replayed from a CUDA graph (warmed first, on a side stream)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """Median ms of one call, replayed from a CUDA graph (runners.quant_kernels' timing helper)."""
+    return statistics.median(graph_replay_ms(fn, reps))
 
 
 def copy_bandwidth() -> float:
@@ -112,7 +96,6 @@ def main() -> None:
             rows_out.append({"rows": B, "config": f"paged block {block_size}, {config}",
                              "ms": ms, "floor_ms": floor_ms, "mean_len": float(lens.float().mean()),
                              "rel_err": err, "max_abs_err": worst})
-            del k, v, table
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     print("| rows | mean len | candidate | ms | floor ms | × floor | rel L2 err |")
     print("|---|---|---|---|---|---|---|")
