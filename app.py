@@ -6,7 +6,8 @@ from pathlib import Path
 import streamlit as st
 
 from batchscope import charts
-from batchscope.ui import resources
+from batchscope.ui import resources, team_view
+from batchscope.ui.plain_text import plain
 from batchscope.ui.run_view import informative_run, run_title
 
 LATEST_RUNS = 5
@@ -45,14 +46,18 @@ def home() -> None:
 
 # A local image, not a :material/...: icon, whose favicon the browser fetches from a font CDN (offline: none).
 st.set_page_config(page_title="BatchScope", page_icon=str(FAVICON), layout="wide")
+user = team_view.gate()  # the sign-in page (and a stop) for a visitor who has not signed in
 page = st.navigation([
     st.Page(home, title="Home", icon=":material/home:", default=True),
     st.Page("app_pages/new_sweep.py", title="New sweep", icon=":material/play_arrow:"),
     st.Page("app_pages/run.py", title="Run", icon=":material/monitoring:"),
     st.Page("app_pages/history.py", title="History", icon=":material/history:"),
     st.Page("app_pages/explain.py", title="Explain", icon=":material/school:"),
+    *([st.Page("app_pages/audit.py", title="Audit", icon=":material/policy:")] if user.role == "admin" else []),
 ], position="top")
 try:
+    if resources.store().read_only:  # said once for every page; each action that would write is off
+        st.info(plain(resources.store().read_only), icon=":material/lock:")
     page.run()
 except Exception as error:  # last line of defence: a message, never a traceback
     resources.show_unexpected(error, f"showing the {page.title} page")

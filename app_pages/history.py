@@ -11,22 +11,27 @@ from batchscope.analysis import SLO
 from batchscope.analysis.cost import device_type
 from batchscope.analysis.marker import pct
 from batchscope.analysis.regression import NOISE_FLOOR
-from batchscope.ui import answers_view, history_view, overlay_compare, overlay_url, resources, tables
+from batchscope.team import actions
+from batchscope.ui import answers_view, history_view, overlay_compare, overlay_url, resources, tables, team_view
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import Keys, latency_choice, slo_control
 
 st.title("History")
 store = resources.store()
 all_runs = store.runs()
+user = team_view.user()
 
 
 def show_import() -> None:
-    """Import a run folder made elsewhere (another machine, an older checkout)."""
+    """Import a run folder made elsewhere (another machine, an older checkout); tuners and admins."""
+    if not actions.may_launch(user):
+        return
     with st.expander("Import a run folder", expanded=all_runs.empty):
         path = st.text_input("Run folder path", key="import_path",
                              placeholder="/data/runs/20250101-120000-llama-3.1-8b (holds spec.json, status.json)")
-        if st.button("Import", key="import_button", icon=":material/upload:"):
-            result = history_view.import_folder(store, path)
+        if st.button("Import", key="import_button", icon=":material/upload:", disabled=bool(store.read_only),
+                     help=store.read_only):
+            result = actions.import_run(store, user, path)
             if result.error:
                 st.error(plain(result.error))
             else:
@@ -49,7 +54,9 @@ first_day = all_runs["created_at"].dropna().min()
 default_range = (first_day.date(), date.today()) if pd.notna(first_day) else ()
 days = filter_cols[-1].date_input("Created between", value=default_range, key="filter_dates")
 since, until = (days[0], days[1]) if isinstance(days, tuple) and len(days) == 2 else (None, None)
-runs = store.runs(**{field: values or None for field, values in chosen.items()}, since=since, until=until)
+mine = st.checkbox(f"Only mine ({user.identity})", key="filter_mine")
+runs = store.runs(**{field: values or None for field, values in chosen.items()}, since=since, until=until,
+                  owner=user.identity if mine else None)
 st.caption(f"{len(runs)} of {len(all_runs)} runs match.")
 shown_runs = history_view.runs_display(runs)
 st.dataframe(shown_runs, hide_index=True, width="stretch", column_config=tables.column_config(shown_runs))
@@ -121,24 +128,35 @@ else:
 show_regressions()
 
 st.subheader("Manage a run")
-labels_every = history_view.overlay_labels(all_runs, all_runs["run_id"].tolist())
+managed = [rid for rid, owner in zip(all_runs["run_id"], all_runs["owner"]) if actions.may_manage(user, owner)]
+if not managed:  # the actions below check again on the server: hiding them is only a courtesy
+    st.caption("Runs can be renamed or deleted by their owner or an admin; none of these is yours.")
+    show_import()
+    st.stop()
+labels_every = history_view.overlay_labels(all_runs, managed)
 target = st.selectbox("Run", list(labels_every), format_func=lambda rid: f"{labels_every[rid]} — {rid}",
                       key="manage_run")
 rename_col, delete_col = st.columns(2)
 with rename_col:
     new_name = st.text_input("New name", key="rename_text")
-    if st.button("Rename", key="rename_button", icon=":material/edit:"):
+    if st.button("Rename", key="rename_button", icon=":material/edit:", disabled=bool(store.read_only),
+                 help=store.read_only):
         problem = history_view.rename_problem(new_name)
         if problem:
             st.error(problem)
         else:
-            store.rename(target, new_name)
+            try:
+                actions.rename(store, user, target, new_name)
+            except actions.NotAllowed as refused:
+                st.error(plain(str(refused)))
+                st.stop()
             st.toast(plain(f"Renamed to {new_name.strip()!r}."))
             st.rerun()
 with delete_col:
     also_folder = st.checkbox("Also delete its run folder on disk", key="delete_folder")
     if st.session_state.get("confirm_delete") != target:
-        if st.button("Delete…", key="delete_button", icon=":material/delete:"):
+        if st.button("Delete…", key="delete_button", icon=":material/delete:", disabled=bool(store.read_only),
+                     help=store.read_only):
             st.session_state["confirm_delete"] = target
             st.rerun()
     else:
@@ -146,17 +164,14 @@ with delete_col:
                          f"{' and its folder' if also_folder else ''}? This cannot be undone."))
         yes_col, no_col = st.columns(2)
         if yes_col.button("Yes, delete", type="primary", key="delete_confirm"):
-            if target in resources.jobs().active() + resources.jobs().queue():
-                st.error("This run is still queued or running: cancel it on its Run page first.")
+            try:
+                actions.delete(resources.jobs(), user, target, delete_folder=also_folder)
+            except (ValueError, actions.NotAllowed) as problem:
+                st.error(plain(str(problem)))
             else:
-                try:
-                    store.delete(target, delete_folder=also_folder)
-                except ValueError as problem:
-                    st.error(plain(problem))
-                else:
-                    st.session_state.pop("confirm_delete", None)
-                    st.toast(plain(f"Deleted {target}."))
-                    st.rerun()
+                st.session_state.pop("confirm_delete", None)
+                st.toast(plain(f"Deleted {target}."))
+                st.rerun()
         if no_col.button("Keep it", key="delete_cancel"):
             st.session_state.pop("confirm_delete", None)
             st.rerun()

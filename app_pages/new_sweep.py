@@ -9,7 +9,8 @@ import streamlit as st
 
 from batchscope import charts
 from batchscope.ui import form as sweep_form
-from batchscope.ui import form_state, resources, tables
+from batchscope.ui import form_state, resources, tables, team_view
+from batchscope.team import actions
 from batchscope.ui.form_state import BATCH_MODES, LOADS, MODEL_SOURCES
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import URL_PARAM, slo_control, slo_param
@@ -22,6 +23,10 @@ from runners.spec import DTYPES, ENGINES, MODES, SpecError
 form_state.start_state(st.session_state)
 st.title("New sweep")
 st.caption("Every number is measured on the device you pick; nothing is launched until the form is valid.")
+team_view.queue_panel()
+if not actions.may_launch(team_view.user()):
+    st.info("You can browse runs as a viewer; launching sweeps needs the tuner role (ask an admin).")
+    st.stop()
 
 slots: dict[str, st.delta_generator.DeltaGenerator] = {}
 model_col, batch_col = st.columns(2)
@@ -203,16 +208,20 @@ else:
         for warning in estimate.warnings:
             st.warning(plain(warning), icon=":material/memory:")
 
-launch = st.button("Launch sweep", type="primary", disabled=bool(blocked), key="launch",
-                   help="Fix the messages above first." if blocked else "Runs in the background; "
-                   "you can close this tab.")
+read_only = resources.store().read_only  # a sweep is stored as it runs: not into a read-only history
+launch = st.button("Launch sweep", type="primary", disabled=bool(blocked or read_only), key="launch",
+                   help=read_only or ("Fix the messages above first." if blocked else "Runs in the background; "
+                                      "you can close this tab."))
 if blocked:
     st.caption(f"{blocked} problem(s) to fix before launching.")
-if launch and not blocked:
+if launch and not blocked and not read_only:
     try:
-        run_id = resources.jobs().submit(values.spec_dict())
+        run_id = actions.launch(resources.jobs(), team_view.user(), values.spec_dict(),
+                                team_view.team_config().queue_limit)
     except SpecError as error:
         st.error(plain(f"{error.field}: {error.message}"))
+    except actions.NotAllowed as refused:
+        st.error(plain(str(refused)))
     else:
         params = {"run": run_id, **({URL_PARAM: slo_param(slo)} if slo is not None else {})}
         st.switch_page("app_pages/run.py", query_params=params)

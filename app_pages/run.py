@@ -11,7 +11,9 @@ import streamlit as st
 from batchscope import charts, timeline
 from batchscope.analysis.cost import at_working_point, device_type, with_cost
 from batchscope.analysis.model_facts import quant_note
-from batchscope.ui import answers_view, form_state, resources, run_view, tables
+from batchscope.endpoint_text import endpoint_lines
+from batchscope.team import actions
+from batchscope.ui import answers_view, form_state, resources, run_view, tables, team_view
 from batchscope.ui.history_view import overlay_labels
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import latency_choice, slo_control
@@ -54,9 +56,12 @@ def show_progress(progress: dict, spec: dict, stored: int) -> None:
     elapsed_col.metric("Elapsed", view.elapsed)
     eta_col.metric("ETA", view.eta)
     asked = f"cancel_requested_{run_id}"
+    if not actions.may_manage(team_view.user(), (store.run(run_id) or {}).get("owner")):
+        cancel_col.caption("Only its owner or an admin may cancel this sweep.")
+        return
     cancel_col.button("Cancelling…" if asked in st.session_state else "Cancel sweep", icon=":material/stop_circle:",
-                      key=f"cancel_{run_id}", disabled=asked in st.session_state, on_click=request_cancel,
-                      args=(asked,))
+                      key=f"cancel_{run_id}", disabled=asked in st.session_state or bool(store.read_only),
+                      help=store.read_only, on_click=request_cancel, args=(asked,))
     if st.session_state.get(asked) == UNKNOWN:
         st.warning("This run is no longer known to the job queue.")
     elif asked in st.session_state:
@@ -70,9 +75,11 @@ UNKNOWN = "unknown to the job queue"
 def request_cancel(asked: str) -> None:
     """Ask the runner to stop, and remember when, so the button is drawn pressed (before the redraw)."""
     try:
-        resources.jobs().cancel(run_id)
+        actions.cancel(resources.jobs(), team_view.user(), run_id)
     except KeyError:
         st.session_state[asked] = UNKNOWN
+    except actions.NotAllowed as refused:  # the button is not drawn for them; a scripted click lands here
+        st.error(plain(str(refused)))
     else:
         st.session_state[asked] = datetime.now().strftime("%H:%M:%S")
 
@@ -87,6 +94,8 @@ def show_outcome(progress: dict) -> None:
         st.warning(plain(f"The runner stopped without finishing ({reason}); finished points are kept."))
     elif state == "cancelled":
         st.info("The sweep was cancelled; finished points are kept.")
+    elif state == "done" and progress.get("error"):  # some points failed (runners.outcome)
+        st.warning(plain(f"The sweep finished, but {progress['error']}"))
     if progress.get("stopped_early"):
         st.info(plain(progress["stopped_early"]))
 
@@ -143,9 +152,10 @@ def price_control(gpu: str) -> float | None:
     if key not in st.session_state:
         st.session_state[key] = answers_view.stored_price(store, gpu)
     price = st.number_input(f"Price per GPU-hour of {gpu} (for cost per 1M output tokens)", min_value=0.0,
-                            step=0.5, format="%.2f", key=key, placeholder="not set",
-                            help="Kept per GPU type for every run on it (and for `python -m batchscope report`). "
-                                 "Cost per 1M output tokens = price × GPUs ÷ (output tok/s × 3600) × 10⁶.")
+                            step=0.5, format="%.2f", key=key, placeholder="not set", disabled=bool(store.read_only),
+                            help=store.read_only or "Kept per GPU type for every run on it (and for `python -m "
+                                 "batchscope report`). Cost per 1M output tokens = price × GPUs ÷ (output tok/s × "
+                                 "3600) × 10⁶.")
     if price != answers_view.stored_price(store, gpu):
         answers_view.save_price(store, gpu, price)
     return price
@@ -181,10 +191,11 @@ def show_timeline(data: run_view.RunData) -> None:
                    "is padding the GPU still computes.")
 
 
-def show_workload(spec: dict) -> None:
-    """What each point ran (lengths, repeats, requests), and a way to run it again with one thing changed."""
+def show_workload(spec: dict, env: dict | None) -> None:
+    """What each point ran (lengths, repeats, requests; how an endpoint's requests were made), and a way to
+    run it again with one thing changed."""
     text_col, again_col = st.columns([4, 1], vertical_alignment="center")
-    for line in run_view.workload_lines(spec):
+    for line in run_view.workload_lines(spec) + endpoint_lines(env):
         text_col.caption(plain(line))
     if again_col.button("Run this again / change one thing", icon=":material/replay:", key=f"again_{run_id}",
                         disabled=not spec, help="Opens New sweep filled in with this run's settings and SLO."):
@@ -220,7 +231,7 @@ def run_body(live_at_start: bool) -> None:
     if where:
         st.caption(plain(where), help="BATCHSCOPE_RAY_ADDRESS sends sweeps to a Ray cluster's GPU nodes; each "
                                       "finished point comes back to this app as it is written.")
-    show_workload(data.run.get("spec") or {})
+    show_workload(data.run.get("spec") or {}, data.run.get("env"))
     accuracy = quant_note(data.run.get("model"))
     if accuracy:
         st.caption(plain(f"Accuracy vs bfloat16: {accuracy}"))

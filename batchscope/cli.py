@@ -1,7 +1,7 @@
 """`python -m batchscope import|runs|report`: the history DB from a shell, e.g. after a headless GPU run.
 
-Exit codes: 0 ok, 1 the DB could not be opened (held by the app, or written by a newer BatchScope), 2 bad
-input (one line on stderr says what).
+Exit codes: 0 ok, 1 the DB could not be used (held by another BatchScope past BATCHSCOPE_DB_WAIT_S, read-only
+for an import, or written by a newer BatchScope), 2 bad input (one line on stderr says what).
 """
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from pathlib import Path
 import duckdb
 
 from batchscope import config
-from batchscope.ingest import ingest_run
+from batchscope.ingest import default_owner, ingest_run
 from batchscope.jobs import settle_if_runner_gone
 from batchscope.migrations import SchemaTooNewError
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
+from batchscope.store_file import StoreUnavailableError
 
 EXIT_OK, EXIT_DB, EXIT_USAGE = 0, 1, 2
 TABLE_COLUMNS = ["run_id", "name", "state", "model", "dtype", "engine", "points", "points_ok",
@@ -29,6 +30,11 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """One-line errors, and no abbreviated options (every subcommand's parser is one of these)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
     def error(self, message: str) -> None:  # argparse's hook; raising keeps the message to one line
         command = " ".join(["python -m batchscope", *self.prog.split()[1:], "--help"])
         raise UsageError(f"{message} (see: {command})")
@@ -64,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except SchemaTooNewError as error:
         print(f"error: {error}; open it with that version or pass another --db", file=sys.stderr)
         return EXIT_DB
+    except StoreUnavailableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_DB
     except duckdb.Error as error:
         first_line = str(error).strip().splitlines()[0]
         print(f"error: cannot use the database ({first_line}); is the app running on it?", file=sys.stderr)
@@ -79,6 +88,8 @@ def _import(args: argparse.Namespace) -> int:
     with Store(args.db or config.db_path()) as store:
         for folder in args.run_dirs:
             report = ingest_run(store, folder, demo=args.demo)
+            if store.run(report.run_id) is not None:  # the audit trail names who imported it (issue 33)
+                store.record(default_owner(), "import", report.run_id, str(folder))
             for warning in report.warnings:
                 print(f"warning: {warning}", file=sys.stderr)
             settle_if_runner_gone(store, report.run_id)

@@ -18,6 +18,13 @@ def db_path() -> Path:
     return _path_from_env("BATCHSCOPE_DB", REPO_ROOT / "data" / "batchscope.duckdb")
 
 
+def db_wait_s() -> float:
+    """How long opening the DB waits out another process's hold on it (an import, a starting app) before
+    saying so: $BATCHSCOPE_DB_WAIT_S seconds, else 30."""
+    value = os.environ.get("BATCHSCOPE_DB_WAIT_S")
+    return float(value) if value else 30.0
+
+
 def runs_dir() -> Path:
     """Where the job manager creates run folders: $BATCHSCOPE_RUNS, else data/runs."""
     return _path_from_env("BATCHSCOPE_RUNS", REPO_ROOT / "data" / "runs")
@@ -40,7 +47,7 @@ def ray_address() -> str | None:
 
 
 def model_roots() -> list[Path]:
-    """Folders a local checkpoint may come from (DESIGN §6): $BATCHSCOPE_MODEL_ROOTS (os.pathsep-separated),
+    """Folders a local checkpoint may come from (docs/design.md §6): $BATCHSCOPE_MODEL_ROOTS (os.pathsep-separated),
     else the user's home and the repository's data/models."""
     value = os.environ.get("BATCHSCOPE_MODEL_ROOTS")
     if value:

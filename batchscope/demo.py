@@ -26,6 +26,6 @@ def import_demo_runs(store: Store, demo_dir: Path | None = None, force: bool = F
     """Import every demo run folder once (marked demo); later calls do nothing unless forced."""
     if store.setting(IMPORTED_KEY) and not force:
         return []
-    reports = [ingest_run(store, folder, demo=True) for folder in demo_folders(demo_dir)]
+    reports = [ingest_run(store, folder, demo=True, owner="demo") for folder in demo_folders(demo_dir)]
     store.set_setting(IMPORTED_KEY, utc_now())
     return reports

@@ -1,6 +1,7 @@
 """Copy a run folder's finished points into the history DB: idempotent, and never stopped by one bad file."""
 from __future__ import annotations
 
+import getpass
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import duckdb
 
 from batchscope.runfolder import RunFolder
 from batchscope.store import POINT_TABLES, Store
+from batchscope.team.roles import LOCAL_USER
 
 
 @dataclass
@@ -19,8 +21,18 @@ class IngestReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def ingest_run(store: Store, folder: str | Path, demo: bool = False) -> IngestReport:
+def default_owner() -> str:
+    """Who owns a run stored without a signed-in user (a headless CLI run, an import from a shell)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        return LOCAL_USER
+
+
+def ingest_run(store: Store, folder: str | Path, demo: bool = False, owner: str | None = None) -> IngestReport:
     """Upsert the run from its JSON files and store each complete point not stored yet.
+
+    `owner` is recorded only when the run is stored for the first time (default: the OS user).
 
     A point is complete when its summary file exists and reads. A corrupt detail file is skipped with
     a warning and the point is stored without it; a corrupt summary leaves the point out.
@@ -43,7 +55,7 @@ def ingest_run(store: Store, folder: str | Path, demo: bool = False) -> IngestRe
         status = (stored or {}).get("status") or {}
     try:
         store.upsert_run(run.run_id, run.path.resolve(), spec or {}, status, run.env(), run.model(),
-                         run.calibration(), demo=demo)
+                         run.calibration(), demo=demo, owner=owner or default_owner())
     except duckdb.Error as error:  # a value the runs table cannot hold, e.g. an env.json field of the wrong type
         report.warnings.extend(run.warnings)
         report.warnings.append(f"{run.path}: run not stored ({str(error).strip().splitlines()[0]}); skipped")

@@ -31,6 +31,7 @@ from batchscope.backends.ray_cluster import ClusterError, RayBackend
 from batchscope.ingest import ingest_run
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
+from batchscope.store_file import StoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,8 @@ class JobManager:
 
     @classmethod
     def instance(cls, store_path: str | Path | None = None, runs_dir: str | Path | None = None) -> JobManager:
-        """The process-wide manager for this DB and runs folder; created (and recovered) on first use."""
+        """The process-wide manager for this DB and runs folder; created (and recovered) on first use. Over a
+        read-only DB it only reads: nothing is recovered, and submit refuses."""
         db = Path(store_path) if store_path is not None else config.db_path()
         runs = Path(runs_dir) if runs_dir is not None else config.runs_dir()
         key = (db.resolve(), runs.resolve())
@@ -114,19 +116,24 @@ class JobManager:
             if manager is None:
                 address = config.ray_address()
                 manager = cls(Store(db), runs, cluster=RayBackend(address) if address else None)
-                manager.recover()
+                if not manager.store.read_only:
+                    manager.recover()
                 cls._instances[key] = manager
             return manager
 
     # ---- public API ----------------------------------------------------------------------------
 
-    def submit(self, spec: dict[str, Any]) -> str:
+    def submit(self, spec: dict[str, Any], owner: str = "local") -> str:
         """Validate, create the run folder (spec.json + queued status.json) and queue it; returns run id.
 
         `cluster_gpu` (a GPU type of the Ray cluster, e.g. "H200") sends the run to the cluster, asking
         for one GPU of that type per rank on one node, instead of running it on this machine.
-        Raises runners.spec.SpecError for bad input, before anything is written.
+        Raises runners.spec.SpecError for bad input, and StoreUnavailableError for a read-only history,
+        before anything is written. `owner` is who launched it (batchscope.team.actions checks they may,
+        and their queue limit).
         """
+        if self.store.read_only:
+            raise StoreUnavailableError(self.store.read_only)
         options = {key: value for key, value in spec.items() if key != "cluster_gpu"}
         validated = runner_spec.validate(options, model_roots=config.model_roots()).to_dict()
         placement = self._placement(spec.get("cluster_gpu"), validated)
@@ -138,7 +145,7 @@ class JobManager:
         status = new_status(run_id, "queued", point_count(runner_spec.SweepSpec(**validated)))
         write_json(folder / SPEC, spec_out)
         write_json(folder / STATUS, status)
-        self.store.upsert_run(run_id, folder, spec_out, status, None, None, None)
+        self.store.upsert_run(run_id, folder, spec_out, status, None, None, None, owner=owner)
         self._enqueue(run_id, folder, spec_out)
         return run_id
 

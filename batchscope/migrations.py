@@ -118,7 +118,24 @@ _V7_TRUST = [  # trust checks' telemetry and refinement's mark (runners/schemas.
     "ALTER TABLE samples ADD COLUMN gpu_processes INTEGER",
 ]
 
-_V8_MEASURED = [  # measuring until known (runners/schemas.py MEASURE_SUMMARY, docs/trust.md)
+_V8_PAGED_KV = [  # the continuous engine's block pool: preemptions and blocks (runners/schemas.py)
+    f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
+        ("preemptions", "BIGINT"), ("kv_block_size", "INTEGER"), ("kv_blocks_total", "BIGINT"),
+        ("kv_blocks_peak", "BIGINT"))
+] + [
+    "ALTER TABLE steps ADD COLUMN kv_blocks BIGINT",
+    "ALTER TABLE steps ADD COLUMN preemptions INTEGER",
+]
+
+_V9_TEAM = [  # issue 33: who owns each run (existing rows: the local user, demo runs: "demo"), and the audit trail
+    "ALTER TABLE runs ADD COLUMN owner VARCHAR",
+    "UPDATE runs SET owner = CASE WHEN demo THEN 'demo' ELSE 'local' END WHERE owner IS NULL",
+    """CREATE TABLE audit (
+        occurred_at TIMESTAMP NOT NULL, actor VARCHAR NOT NULL, action VARCHAR NOT NULL, run_id VARCHAR, detail VARCHAR
+    )""",
+]
+
+_V10_MEASURED = [  # measuring until known (runners/schemas.py MEASURE_SUMMARY, docs/trust.md)
     f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
         ("draws", "INTEGER"), ("replays", "INTEGER"), ("requests", "BIGINT"), ("tokens_per_s_interval", "DOUBLE"),
         ("interval_method", "VARCHAR"), ("target_interval", "DOUBLE"), ("budget_spent", "VARCHAR"),
@@ -128,7 +145,7 @@ _V8_MEASURED = [  # measuring until known (runners/schemas.py MEASURE_SUMMARY, d
 
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
 MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
-                               _V6_OUTLIER_STEPS, _V7_TRUST, _V8_MEASURED]
+                               _V6_OUTLIER_STEPS, _V7_TRUST, _V8_PAGED_KV, _V9_TEAM, _V10_MEASURED]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

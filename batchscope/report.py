@@ -23,14 +23,16 @@ from batchscope.analysis.marker import num, pct
 from batchscope.analysis.model_facts import quant_note
 from batchscope.analysis.regression import Comparison, compare
 from batchscope.analysis.verdicts import for_json
+from batchscope.endpoint_text import endpoint_lines
 from batchscope.store import Store
+from batchscope.store_file import StoreUnavailableError
 from runners.spec.refine import PLATEAU_GAIN
 
 EXIT_USAGE = 2
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m batchscope report",
+    parser = argparse.ArgumentParser(prog="python -m batchscope report", allow_abbrev=False,
                                      description="Knee, SLO working point and roofline for one stored run.")
     parser.add_argument("run_id")
     parser.add_argument("--db", type=Path, default=None, help="history DB (default: $BATCHSCOPE_DB or data/)")
@@ -83,8 +85,8 @@ def main(argv: list[str]) -> int:
                     price = parse_price(store.setting(setting_key(device_type(run))))
                 except ValueError:
                     price = None  # a bad stored price is the app's to report; the report goes without cost
-    except duckdb.IOException as err:
-        print(f"Cannot open {db} (is the dashboard holding it?): {err}", file=sys.stderr)
+    except (duckdb.IOException, StoreUnavailableError) as err:
+        print(f"Cannot open {db}: {err}", file=sys.stderr)
         return 1
     versus = None
     if args.baseline is not None:
@@ -150,6 +152,9 @@ def to_markdown(report: Report) -> str:
              f"{head['state']}", ""]
     if head["fingerprint"]:
         lines += [f"Environment: {head['fingerprint']}", ""]
+    endpoint = endpoint_lines(run.get("env"))
+    if endpoint:
+        lines += [" ".join(endpoint), ""]
     guard = quant_note(run.get("model"))
     if guard:
         lines += [f"Accuracy guard: {guard}", ""]

@@ -2,14 +2,16 @@
 
 One connection per Store; each reading thread gets its own cursor (DuckDB's MVCC lets pages read
 while a sweep is being ingested) and writes are serialised by a lock shared by every Store on the
-same file in this process.
+same file in this process. How the file is opened (made whole, another process's hold waited out, a
+read-only file opened for browsing) is batchscope.store_file's.
 """
 from __future__ import annotations
 
 import json
 import shutil
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,8 @@ import pyarrow as pa
 from runners.contract import parse_utc, utc_now
 
 from batchscope import config
-from batchscope.migrations import SchemaTooNewError, migrate
+from batchscope.migrations import SchemaTooNewError
+from batchscope.store_file import StoreUnavailableError, connect
 
 POINT_TABLES = ("repeats", "requests", "steps", "samples")
 _JSON_FIELDS = ("spec", "status", "env", "model", "calibration")
@@ -76,7 +79,7 @@ def _on_conflict(column: str) -> str:
     keeps its stored value when the refresh has none."""
     if column in _STATUS_COLUMNS or column == "demo":
         return f"{column} = excluded.{column}"
-    if column in ("created_at", "imported_at"):
+    if column in ("created_at", "imported_at", "owner"):  # owner: whoever stored the run first
         return f"{column} = coalesce(runs.{column}, excluded.{column})"
     return f"{column} = coalesce(excluded.{column}, runs.{column})"
 
@@ -88,20 +91,20 @@ def _as_list(value: str | Sequence[str] | None) -> list[str] | None:
 
 
 class Store:
-    """Open (creating and migrating as needed) the history DB at `path`, default config.db_path()."""
+    """Open (creating and migrating as needed) the history DB at `path`, default config.db_path(); a file
+    this process cannot write opens read-only (`read_only` says why), and every write then raises
+    StoreUnavailableError. Another process's hold on the file is waited out for up to config.db_wait_s()."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else config.db_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._write_lock = _write_lock_for(self.path.resolve())
         self._local = threading.local()
         with self._write_lock:
-            self._con = duckdb.connect(str(self.path))
             try:
-                migrate(self._con)
-            except SchemaTooNewError as error:  # closed, so this process does not keep the file locked
-                self._con.close()
+                self._con, reason = connect(self.path, config.db_wait_s())
+            except SchemaTooNewError as error:
                 raise SchemaTooNewError(f"{self.path} was written by a newer BatchScope ({error})") from None
+            self.read_only: str | None = reason  # why this process cannot write the file; None when it can
             self._columns = {
                 table: [row[0] for row in self._con.execute(f"DESCRIBE {table}").fetchall()]
                 for table in ("runs", "points", *POINT_TABLES)
@@ -110,6 +113,14 @@ class Store:
     def close(self) -> None:
         with self._write_lock:
             self._con.close()
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the write lock for a write; a read-only store refuses it, saying why."""
+        if self.read_only:
+            raise StoreUnavailableError(self.read_only)
+        with self._write_lock:
+            yield
 
     def __enter__(self) -> Store:
         return self
@@ -140,6 +151,7 @@ class Store:
         since: datetime | date | str | None = None,
         until: datetime | date | str | None = None,
         demo: bool | None = None,
+        owner: str | Sequence[str] | None = None,
     ) -> pd.DataFrame:
         """One row per run, newest first; each filter takes a value or a list of accepted values.
 
@@ -148,7 +160,7 @@ class Store:
         """
         where, params = [], []
         for column, accepted in (("r.model", model), ("r.dtype", dtype), ("r.gpu", gpu),
-                                 ("r.engine", engine), ("r.state", state)):
+                                 ("r.engine", engine), ("r.state", state), ("r.owner", owner)):
             values = _as_list(accepted)
             if values is not None:
                 where.append(f"list_contains(?::VARCHAR[], {column})")
@@ -178,7 +190,7 @@ class Store:
                    r.transformers_version, r.python_version, r.host, r.engine_version, r.fingerprint,
                    r.points_done, r.points_total,
                    coalesce(p.points, 0) AS points, coalesce(p.points_ok, 0) AS points_ok,
-                   p.best_output_tokens_per_s, r.started_at, r.finished_at, r.demo, r.folder
+                   p.best_output_tokens_per_s, r.started_at, r.finished_at, r.demo, r.folder, r.owner
             FROM r LEFT JOIN p USING (run_id)
             {"WHERE " + " AND ".join(where) if where else ""}
             ORDER BY r.created_at DESC NULLS LAST, r.run_id DESC
@@ -271,7 +283,7 @@ class Store:
         return row[0] if row else None
 
     def set_setting(self, key: str, value: str) -> None:
-        with self._write_lock:
+        with self._writing():
             self._con.execute("INSERT OR REPLACE INTO settings VALUES (?, ?, now())", [key, value])
 
     def point_indices(self, run_id: str) -> set[int]:
@@ -291,15 +303,17 @@ class Store:
         model: Mapping[str, Any] | None,
         calibration: Mapping[str, Any] | None,
         demo: bool = False,
+        owner: str = "local",
     ) -> None:
         """Insert or refresh a run. Status fields always follow `status`; env/model/calibration given as
-        None keep what is stored (the runner writes them after it starts); a user's rename is kept."""
-        values = self._run_values(run_id, folder, spec, status, env, model, calibration, demo)
+        None keep what is stored (the runner writes them after it starts); a user's rename is kept, and
+        so is the owner the run was first stored with."""
+        values = {**self._run_values(run_id, folder, spec, status, env, model, calibration, demo), "owner": owner}
         columns = list(values)
         updates = ", ".join(_on_conflict(column) for column in columns if column not in ("run_id", "name"))
         sql = (f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)}) "
                f"ON CONFLICT (run_id) DO UPDATE SET {updates}")
-        with self._write_lock:
+        with self._writing():
             self._con.execute(sql, list(values.values()))
             if calibration and calibration.get("key"):
                 self._store_calibration(run_id, calibration)
@@ -364,7 +378,7 @@ class Store:
 
     def set_state(self, run_id: str, state: str, error: str | None = None) -> None:
         """Set a run's state (and error text) in its row and in its stored status."""
-        with self._write_lock:
+        with self._writing():
             row = self._con.execute("SELECT status_json FROM runs WHERE run_id = ?", [run_id]).fetchone()
             if row is None:
                 raise KeyError(run_id)
@@ -380,7 +394,7 @@ class Store:
         name = name.strip()
         if not name:
             raise ValueError("a run name cannot be empty")
-        with self._write_lock:
+        with self._writing():
             found = self._con.execute("UPDATE runs SET name = ? WHERE run_id = ? RETURNING run_id",
                                       [name, run_id]).fetchall()
         if not found:
@@ -394,7 +408,7 @@ class Store:
         before any row is touched, so a refused delete changes nothing.
         """
         folder = self._deletable_folder(run_id) if delete_folder else None
-        with self._write_lock:
+        with self._writing():
             self._con.execute("BEGIN TRANSACTION")
             try:
                 for table in ("points", *POINT_TABLES, "runs"):
@@ -432,7 +446,7 @@ class Store:
         position = summary.schema.get_field_index("point_index")
         summary = (summary.set_column(position, "point_index", index_column) if position >= 0
                    else summary.append_column("point_index", index_column))
-        with self._write_lock:
+        with self._writing():
             if self._con.execute("SELECT 1 FROM points WHERE run_id = ? AND point_index = ?",
                                  [run_id, point_index]).fetchone():
                 return False
@@ -460,3 +474,25 @@ class Store:
             self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batchscope_source")
         finally:
             self._con.unregister("_batchscope_source")
+
+    # ---- team: the audit trail (issue 33) ------------------------------------------------------
+
+    def record(self, actor: str, action: str, run_id: str | None = None, detail: str | None = None) -> None:
+        """Append one audit row: who did what to which run, and when (UTC)."""
+        with self._write_lock:
+            self._con.execute("INSERT INTO audit VALUES (?, ?, ?, ?, ?)", [utc_now(), actor, action, run_id, detail])
+
+    def record_once(self, actor: str, action: str, detail: str) -> bool:
+        """Append a row unless one with this actor, action and detail exists (one sign-in per ID token,
+        however many tabs it opens); True when it was appended."""
+        with self._write_lock:
+            if self._con.execute("SELECT 1 FROM audit WHERE actor = ? AND action = ? AND detail = ?",
+                                 [actor, action, detail]).fetchone():
+                return False
+            self.record(actor, action, None, detail)
+            return True
+
+    def audit(self, limit: int = 1000) -> pd.DataFrame:
+        """The latest audit rows, newest first: occurred_at, actor, action, run_id, detail."""
+        return self._frame("SELECT occurred_at, actor, action, run_id, detail FROM audit "
+                           "ORDER BY occurred_at DESC LIMIT ?", [limit])

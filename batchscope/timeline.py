@@ -17,15 +17,21 @@ WIDTH, HEIGHT = 700, 150
 COLUMNS = ["t_s", "series", "value"]
 
 
-def timeline_frames(steps: pd.DataFrame, kv_capacity_tokens: float | None) -> tuple[dict[str, pd.DataFrame], int]:
+def timeline_frames(steps: pd.DataFrame, kv_capacity_tokens: float | None, kv_block_size: float | None = None
+                    ) -> tuple[dict[str, pd.DataFrame], int]:
     """Long frames (t_s, series, value) per panel for one point's repeat, and how many steps each drawn
     value averages (1 when none are).
 
     Panels: "slots" (requests holding a slot; the decode width run, bucket padding included), "kv" (KV
-    cache occupancy in % of capacity, or tokens held when the capacity is unknown), "tokens" (prefill
-    and decode tokens per step; continuous runs only). A panel whose columns hold no data is left out.
+    cache occupancy in % of capacity, or tokens held when the capacity is unknown; on a paged pool also
+    the blocks in use, whole blocks, in % of the pool), "tokens" (prefill and decode tokens per step;
+    continuous runs only), "preemptions" (requests preempted so far, when any was). A panel whose
+    columns hold no data is left out.
     """
     ordered = steps.sort_values("start_ms")
+    if "preemptions" in ordered:
+        ordered = ordered.assign(preempted=ordered["preemptions"].cumsum() if ordered["preemptions"].gt(0).any()
+                                 else float("nan"))
     per_value = max(1, math.ceil(len(ordered) / MAX_POINTS))
     if per_value > 1:
         groups = pd.Series(range(len(ordered)), index=ordered.index) // per_value
@@ -33,11 +39,15 @@ def timeline_frames(steps: pd.DataFrame, kv_capacity_tokens: float | None) -> tu
     t_s = ordered["start_ms"] / 1000.0
     kv_series = ("KV cache occupancy (%)", 100.0 * ordered["active_tokens"] / kv_capacity_tokens) \
         if kv_capacity_tokens else ("KV tokens held", ordered["active_tokens"])
+    blocks = ordered.get("kv_blocks")
+    blocks_series = ("KV blocks in use (% of pool)", 100.0 * blocks * kv_block_size / kv_capacity_tokens) \
+        if blocks is not None and kv_block_size and kv_capacity_tokens else ("KV blocks in use", None)
     panels = {
         "slots": [("requests in a slot", ordered["active_seqs"]),
                   ("decode width run (bucket)", ordered["batch_rows"])],
-        "kv": [kv_series],
+        "kv": [kv_series, blocks_series],
         "tokens": [("prefill tokens", ordered.get("prefill_tokens")), ("decode tokens", ordered.get("decode_tokens"))],
+        "preemptions": [("requests preempted so far", ordered.get("preempted"))],
     }
     frames = {}
     for name, series in panels.items():
@@ -48,16 +58,17 @@ def timeline_frames(steps: pd.DataFrame, kv_capacity_tokens: float | None) -> tu
     return frames, per_value
 
 
-def timeline_chart(steps: pd.DataFrame, kv_capacity_tokens: float | None, max_num_seqs: float | None
-                   ) -> alt.VConcatChart | None:
+def timeline_chart(steps: pd.DataFrame, kv_capacity_tokens: float | None, max_num_seqs: float | None,
+                   kv_block_size: float | None = None) -> alt.VConcatChart | None:
     """Stacked panels on one time axis, with the max_num_seqs and 100 % capacity lines where known;
     None when the steps hold nothing to draw."""
-    frames, per_value = timeline_frames(steps, kv_capacity_tokens)
+    frames, per_value = timeline_frames(steps, kv_capacity_tokens, kv_block_size)
     if not frames:
         return None
     x = alt.X("t_s:Q", title="time in the repeat (s)")
     titles = {"slots": "slots: requests admitted and decode width", "kv": "KV cache",
-              "tokens": "tokens per step: prefill vs decode"}
+              "tokens": "tokens per step: prefill vs decode",
+              "preemptions": "preemptions: requests whose KV was freed for others and recomputed later"}
     limits = {"slots": (max_num_seqs, f"max_num_seqs {max_num_seqs:g}" if max_num_seqs else ""),
               "kv": (100.0 if kv_capacity_tokens else None, "capacity")}
     panels = []

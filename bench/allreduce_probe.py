@@ -107,7 +107,7 @@ def worker(rank: int, world: int, port: int, model: str, batches: list[int], gap
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("model", choices=sorted(PRESETS))
     parser.add_argument("out")
     parser.add_argument("--world", type=int, default=2)

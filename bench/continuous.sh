@@ -6,7 +6,8 @@
 # Setup warms and captures every shape, so no warm-up repeat is run (the outlier-step count of each
 # point shows whether anything was missed). A part already measured is kept: a cut-off device call
 # resumes where it stopped.
-# Usage: bench/continuous.sh MODEL PART... [OUT_DIR=...]   PART: static conc-low conc-high seqs rate
+# Usage: bench/continuous.sh MODEL PART... [OUT_DIR=...]   PART: static conc-low conc-high paged seqs rate
+# (paged: issue 32's concurrency sweep to 512 clients, all in flight at once on the block pool)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:?give a preset (llama-3.2-1b, llama-3.1-8b)}
@@ -28,6 +29,7 @@ for part in "$@"; do
   case $part in
     static) run static --mode static --batch-sizes 1,4,16,64,256 --repeats 2 ;;
     conc-low) run conc-low "${CONT[@]}" --max-num-seqs 16 --concurrency 1,4,16 --num-requests 16 --repeats 2 --no-calibrate ;;
+    paged) run paged "${CONT[@]}" --max-num-seqs 512 --concurrency 64,128,256,512 --num-requests 512 --repeats 1 ;;
     conc-high) run conc-high "${CONT[@]}" --max-num-seqs 256 --concurrency 64,128,256,512 --num-requests 512 --repeats 1 ;;
     seqs) run seqs "${CONT[@]}" --max-num-seqs 8,32,128 --arrival "poisson:${RATE[$MODEL]}" --num-requests 128 \
             --repeats 1 --no-calibrate ;;

@@ -38,7 +38,6 @@ from runners.engines.continuous import ContinuousEngine  # noqa: E402
 from runners.engines.fast import FastEngine  # noqa: E402
 from runners.models import LoadedModel, load  # noqa: E402
 
-BIG = 10**9
 REPEATS = 5
 
 
@@ -63,7 +62,7 @@ def prefill_part(loaded: LoadedModel, static: FastEngine, calib: dict) -> list[d
         served = ContinuousEngine(static.decoder, static.device)
         served.setup(1, length + 2)
         with torch.compiler.set_stance("fail_on_recompile"):
-            runs = [served.run(ids, [2], {"concurrency": 1, "seed": 0}, 4096, BIG) for _ in range(REPEATS)]
+            runs = [served.run(ids, [2], {"concurrency": 1, "seed": 0}, 4096) for _ in range(REPEATS)]
         served.release()
         cont_ms = statistics.median((r.requests[0].token_s[0] - r.requests[0].arrival_s) * 1e3 for r in runs)
         f = floors(loaded, calib, 1, length, 1)
@@ -86,9 +85,9 @@ def decode_part(loaded: LoadedModel, static: FastEngine, calib: dict) -> list[di
         static_ms = statistics.median(b - a for g in gens for a, b in zip(g.token_ms, g.token_ms[1:]))
         served = ContinuousEngine(static.decoder, static.device)
         served.setup(n, 320)
-        served.run(ids, [64] * n, {"concurrency": n, "seed": 0}, 256 * n, BIG)  # warm-up (allocator)
+        served.run(ids, [64] * n, {"concurrency": n, "seed": 0}, 256 * n)  # warm-up (allocator)
         with torch.compiler.set_stance("fail_on_recompile"):
-            runs = [served.run(ids, [64] * n, {"concurrency": n, "seed": 0}, 256 * n, BIG) for _ in range(REPEATS)]
+            runs = [served.run(ids, [64] * n, {"concurrency": n, "seed": 0}, 256 * n) for _ in range(REPEATS)]
         served.release()
         steps = [s for r in runs for s in r.steps]
         cont_ms = median_step_ms(steps, n)
@@ -111,9 +110,9 @@ def ttft_part(loaded: LoadedModel, static: FastEngine) -> list[dict]:
     baseline = [t[0] + (t[1] - t[0]) for t in lone]  # lone prefill + one decode step
     served = ContinuousEngine(static.decoder, static.device)
     served.setup(32, max(lengths) + 64)
-    served.run(ids, [64] * 16, {"rate": 2.0, "seed": 1}, 8192, BIG)  # warm-up
+    served.run(ids, [64] * 16, {"rate": 2.0, "seed": 1}, 8192)  # warm-up
     with torch.compiler.set_stance("fail_on_recompile"):
-        result = served.run(ids, [64] * 16, {"rate": 2.0, "seed": 0}, 8192, BIG)
+        result = served.run(ids, [64] * 16, {"rate": 2.0, "seed": 0}, 8192)
     served.release()
     ttft = [(r.token_s[0] - r.arrival_s) * 1e3 for r in result.requests]
     queue = [(r.admit_s - r.arrival_s) * 1e3 for r in result.requests]
@@ -126,7 +125,8 @@ def ttft_part(loaded: LoadedModel, static: FastEngine) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--models", default="llama-3.2-1b,llama-3.1-8b")
     ap.add_argument("--parts", default="prefill,decode,ttft")
     ap.add_argument("--json", default="docs/bench-continuous-engine.json")

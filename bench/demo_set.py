@@ -215,7 +215,8 @@ def gpus_here() -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("out", nargs="?", type=Path, help="folder for the run folders (h200-NAME each)")
     ap.add_argument("names", nargs="*", help="sweeps to make, in this order (default: the whole set)")
     ap.add_argument("--deadline-s", type=float, default=540.0, help="start nothing whose bound ends after this")

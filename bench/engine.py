@@ -114,7 +114,8 @@ HEADER = ("engine      model           B  prompt  out  step_ms bytes_fl flops_fl
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--engines", default="fast,hf-generate")
     ap.add_argument("--models", default="llama-3.2-1b,llama-3.1-8b")
     ap.add_argument("--quick", action="store_true", help="fewer batches; hf-generate at batch 1 and 64 only")

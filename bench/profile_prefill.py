@@ -25,7 +25,8 @@ REPEATS = 5
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--model", default="llama-3.2-1b")
     ap.add_argument("--prompts", default="512,2048")
     ap.add_argument("--rows", type=int, default=1)

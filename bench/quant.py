@@ -145,7 +145,8 @@ def speedups(results: dict[str, dict]) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--dtypes", default="bfloat16,fp8,int8")
     ap.add_argument("--batch-sizes", default="pow2:1:512")

@@ -63,7 +63,7 @@ def gemm_only(x: torch.Tensor, w: quant.QuantWeight) -> torch.Tensor:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama-3.1-8b")
     parser.add_argument("--rows", default="1,2,4,8,16,32,64,128,256,512")
     parser.add_argument("--tune", default="", help="row counts to tune tiles at, e.g. 1,16,64,256")

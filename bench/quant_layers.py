@@ -66,7 +66,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @torch.no_grad()
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama-3.1-8b")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json", type=Path)

@@ -170,7 +170,8 @@ def markdown(title: str, timings: dict[str, list[float]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--iterations", type=int, default=7)
     parser.add_argument("--db", type=Path, help="where to build the DB (default: a temp dir, deleted after)")

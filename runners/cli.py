@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,17 @@ from typing import Any
 from runners import cancel, contract
 from runners.runfolder import check_out_dir
 from runners.spec import SpecError, SweepSpec, validate
+from runners.spec.options import whole
+from runners.spec.sweep import MAX_TOKENS
 
 EXIT = {"done": 0, "failed": 1, "cancelled": 3}
 SPEC_FIELDS = fields(SweepSpec)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m runners", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m runners", description=__doc__, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    sweep = sub.add_parser("sweep", help="run a batch-size sweep and write a run folder")
+    sweep = sub.add_parser("sweep", help="run a batch-size sweep and write a run folder", allow_abbrev=False)
     sweep.add_argument("--spec", type=Path, help="JSON file with any of the options below")
     sweep.add_argument("--out", type=Path, required=True, help="run folder to create (data/runs/<id>)")
     groups: dict[str, Any] = {"": sweep}
@@ -41,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             group.add_argument(f"--{flag}", dest=f.name, help=f.metadata["help"])
     _serve_parser(sub.add_parser("serve", help="serve one model over an OpenAI-compatible HTTP API (continuous "
-                                                "engine)"))
+                                                "engine)",
+                                allow_abbrev=False))
     return parser
 
 
@@ -50,16 +54,35 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--model", required=True, help="preset or a local HF checkpoint dir")
     serve.add_argument("--dtype", default="bfloat16", help="float32, bfloat16, float16, int8, fp8, fp8-dynamic")
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    serve.add_argument("--seed", type=int, default=0, help="seeds a preset's random weights")
+    serve.add_argument("--seed", type=_as_spec("seed"), default=0, help="seeds a preset's random weights")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=_bounded("port", 1, 65_535), default=8000)
     serve.add_argument("--served-model-name", default="", help="the name clients ask for (default: --model)")
-    serve.add_argument("--max-num-seqs", type=int, default=8, help="running-batch limit (slots)")
-    serve.add_argument("--max-model-len", type=int, default=2048, help="prompt + output tokens one request may hold")
-    serve.add_argument("--max-num-batched-tokens", type=int, default=2048, help="per-step token budget")
+    serve.add_argument("--max-num-seqs", type=_as_spec("max_num_seqs"), default=8, help="running-batch limit (slots)")
+    serve.add_argument("--max-model-len", type=_bounded("max_model_len", 1, MAX_TOKENS), default=2048,
+                       help="prompt + output tokens one request may hold")
+    serve.add_argument("--max-num-batched-tokens", type=_as_spec("max_num_batched_tokens"), default=2048,
+                       help="per-step token budget")
     serve.add_argument("--api-key-env", default="", help="an environment variable holding the key every request "
                                                          "must carry as its bearer token")
     serve.add_argument("--timings", type=Path, help="append each finished request's engine times (JSON lines)")
+
+
+def _as_spec(name: str) -> Callable[[str], int]:
+    """A `serve` flag's type: one whole number within the bounds the sweep spec declares for its option of
+    that name (a list option's values start at 1), so a sweep and a server answer it with the same message."""
+    bounds = next(f for f in SPEC_FIELDS if f.name == name).metadata
+    return _bounded(name, bounds.get("least", 1), bounds["most"])
+
+
+def _bounded(name: str, least: int, most: int) -> Callable[[str], int]:
+    """A `serve` flag's type: a whole number from `least` to `most`, checked as spec options are."""
+    def parse(text: str) -> int:
+        try:
+            return whole(text, name, least, most)
+        except SpecError as err:
+            raise argparse.ArgumentTypeError(err.message) from None
+    return parse
 
 
 def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:

@@ -108,6 +108,8 @@ def _from_file(path_text: str, raw: str) -> Distribution:
         raise ValueError(f"length file {path_text!r} is empty")
     if min(values) < 1:
         raise ValueError(f"length file {path_text!r} holds a length < 1")
+    if max(values) > MAX_LENGTH:
+        raise ValueError(f"length file {path_text!r} holds a length over {MAX_LENGTH:,} tokens")
     return Distribution("file", values=values, text=raw)
 
 

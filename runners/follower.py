@@ -17,7 +17,7 @@ from runners.spec import validate
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runners.follower")
+    parser = argparse.ArgumentParser(prog="python -m runners.follower", allow_abbrev=False)
     for name in ("rank", "world", "port", "parent"):
         parser.add_argument(f"--{name}", type=int, required=True)
     parser.add_argument("--device", required=True, help="the sweep's device (rank 0's)")

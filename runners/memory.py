@@ -1,4 +1,4 @@
-"""The memory split of one point into the budget's parts (DESIGN §2), from measured totals."""
+"""The memory split of one point into the budget's parts (docs/design.md §2), from measured totals."""
 from __future__ import annotations
 
 

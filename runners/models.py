@@ -80,8 +80,8 @@ def check_loadable(name: str) -> None:
         model_config(name)
     except ValueError as err:  # transformers' word for a model type it does not know, or remote code
         config = json.loads((Path(name) / "config.json").read_text())  # spec validation read it already
-        reason = ("its config.json maps the model to code of its own (auto_map), and BatchScope runs no "
-                  "remote code" if "auto_map" in config else str(err).strip().splitlines()[0])
+        reason = ("it needs remote code (config.json's auto_map), which BatchScope never runs"
+                  if "auto_map" in config else str(err).strip().splitlines()[0])
         raise SpecError("model", f"{name} cannot be loaded: {reason}") from None
 
 

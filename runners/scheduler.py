@@ -1,9 +1,14 @@
-"""Continuous-batching scheduler: arrivals, a FIFO waiting queue, and per-step plans (DESIGN §2).
+"""Continuous-batching scheduler: arrivals, a FIFO waiting queue, a pool of KV blocks and per-step plans
+(docs/design.md §2).
 
 Pure Python so its rules are unit-tested without a model. Each step the running rows decode one token
 each; what is left of the token budget goes to prefill chunks, first of requests already admitted,
-then of newly admitted ones. A request is admitted when a slot is free, the budget has room and the
-KV cache can hold its whole prompt + output; it leaves its slot the step its last token is made.
+then of newly admitted ones. The KV cache is a pool of fixed-size blocks handed out as a request's
+tokens need them (vLLM's paged attention): a request is admitted when a slot is free, the budget has
+room and the pool holds its first chunk; when a running request needs a block and none is free, the
+newest running request is preempted (its blocks freed, its prompt and the tokens it made so far
+recomputed when it is admitted again, the way vLLM recomputes) and counted. A request leaves its slot
+the step its last token is made.
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ class Request:
     token_s: list[float] = field(default_factory=list)
     slot: int | None = None
     prefilled: int = 0
+    folded: int = 0  # generated tokens a recompute after preemption prefills with the prompt
+    blocks: list[int] = field(default_factory=list)  # the pool blocks holding its positions 0, 1, … in order
+    preemptions: int = 0
 
     @property
     def kv_need(self) -> int:
@@ -36,9 +44,14 @@ class Request:
         return len(self.token_s)
 
     @property
+    def prefill_len(self) -> int:
+        """Tokens its prefill runs: the prompt, and after a preemption the tokens it had made too."""
+        return self.prompt_len + self.folded
+
+    @property
     def kv_held(self) -> int:
-        """Tokens in the cache: the prompt so far, plus every generated token fed back (all but the last)."""
-        return self.prefilled + max(self.generated - 1, 0)
+        """Tokens in the cache: the prefill so far, plus every generated token fed back since (all but the last)."""
+        return self.prefilled + max(self.generated - 1 - self.folded, 0)
 
     @property
     def done(self) -> bool:
@@ -92,10 +105,12 @@ class Arrivals:
 
 @dataclass
 class Plan:
-    """One engine step: prefill chunks (request, first position, tokens) and the rows that decode."""
+    """One engine step: prefill chunks (request, first position, tokens), the rows that decode, and the
+    requests preempted to make room (with the slot each held), whose tokens the engine reads back."""
 
     prefills: list[tuple[Request, int, int]]
     decodes: list[Request]
+    preempted: list[tuple[Request, int]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -106,20 +121,56 @@ class Plan:
         return sum(n for _, _, n in self.prefills)
 
 
-class Scheduler:
-    """Admission and step planning over `slots` rows of a static KV cache."""
+class BlockPool:
+    """Free KV blocks of `block_size` tokens. Block 0 is never handed out: parked rows of a decode step
+    (free slots, unfinished prefills) write there, where nothing reads."""
 
-    def __init__(self, slots: int, token_budget: int, kv_capacity: int) -> None:
+    def __init__(self, blocks: int, block_size: int) -> None:
+        if blocks < 2:
+            raise ValueError(f"a KV pool needs at least 2 blocks (one is the parking block), not {blocks}")
+        self.block_size = block_size
+        self.total = blocks - 1
+        self.free = list(range(blocks - 1, 0, -1))  # a stack: pop gives the lowest block first
+        self.peak = 0
+
+    @property
+    def used(self) -> int:
+        return self.total - len(self.free)
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def grow(self, r: Request, tokens: int) -> bool:
+        """Give `r` blocks until they hold `tokens` tokens; False (and nothing given) when too few are free."""
+        more = self.blocks_for(tokens) - len(r.blocks)
+        if more > len(self.free):
+            return False
+        r.blocks.extend(self.free.pop() for _ in range(more))
+        self.peak = max(self.peak, self.used)
+        return True
+
+    def release(self, r: Request) -> None:
+        self.free.extend(reversed(r.blocks))
+        r.blocks = []
+
+
+class Scheduler:
+    """Admission, preemption and step planning over `slots` rows and a pool of KV blocks."""
+
+    def __init__(self, slots: int, token_budget: int, pool: BlockPool) -> None:
         if token_budget < slots:
             raise ValueError(f"token budget {token_budget} is below the slot count {slots}")
-        self.token_budget, self.kv_capacity = token_budget, kv_capacity
+        self.token_budget, self.pool = token_budget, pool
         self.free = list(range(slots))  # a heap: the lowest free slot first keeps the decode prefix short
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
-        self.kv_reserved = 0
-        self.admission_waits = 0  # steps in which the queue's head waited only for KV capacity
+        self.admission_waits = 0  # steps in which the queue's head waited only for KV blocks
+        self.preemptions = 0
 
     def add(self, r: Request) -> None:
+        if r.kv_need > self.pool.total * self.pool.block_size:
+            raise ValueError(f"request {r.index} needs {r.kv_need} KV tokens; the pool holds "
+                             f"{self.pool.total * self.pool.block_size}")
         self.waiting.append(r)
 
     @property
@@ -130,41 +181,86 @@ class Scheduler:
         return sum(r.kv_held for r in self.running.values())
 
     def plan(self, now: float) -> Plan:
-        """Decode every prefilled row, continue partial prefills, then admit from the queue's head."""
-        running = sorted(self.running.values(), key=lambda r: (r.admit_s, r.index))
-        decodes = [r for r in running if r.prefilled == r.prompt_len]
+        """Blocks for every decoding row's next token (preempting the newest when the pool is empty), then
+        partial prefills, then admissions from the queue's head, each chunk as far as budget and blocks go."""
+        preempted: list[tuple[Request, int]] = []
+        running = self._by_age()
+        room = self.pool.block_size
+        for r in running:  # the host's work per step: the common case (room in the last block) stays cheap
+            if r.slot is not None and r.prefilled == r.prefill_len and r.kv_held >= len(r.blocks) * room:
+                while r.slot is not None and not self.pool.grow(r, r.kv_held + 1):
+                    preempted.append(self._preempt(self._by_age()[-1]))
+        if preempted:
+            running = self._by_age()
+        decodes = [r for r in running if r.prefilled == r.prefill_len]
         budget = self.token_budget - len(decodes)
         prefills = []
         for r in running:
-            if r.prefilled < r.prompt_len and budget > 0:
-                n = min(r.prompt_len - r.prefilled, budget)
+            n = self._chunk(r, budget) if r.prefilled < r.prefill_len else 0
+            if n:
                 prefills.append((r, r.prefilled, n))
                 budget -= n
         while self.waiting and self.free and budget > 0:
             r = self.waiting[0]
-            if self.kv_reserved + r.kv_need > self.kv_capacity:
+            n = min(r.prefill_len, budget)
+            if self.pool.blocks_for(n) + self.watermark > len(self.pool.free):
                 self.admission_waits += 1
                 break
             self.waiting.popleft()
-            r.slot, r.admit_s = heapq.heappop(self.free), now
+            self.pool.grow(r, n)
+            r.slot, r.admit_s = heapq.heappop(self.free), now if r.admit_s is None else r.admit_s
             self.running[r.slot] = r
-            self.kv_reserved += r.kv_need
-            n = min(r.prompt_len, budget)
             prefills.append((r, 0, n))
             budget -= n
-        return Plan(prefills, decodes)
+        if not decodes and not prefills and self.running:  # unfinished prefills hold every block
+            preempted.append(self._preempt(running[-1]))
+            later = self.plan(now)
+            return Plan(later.prefills, later.decodes, preempted + later.preempted)
+        return Plan(prefills, decodes, preempted)
+
+    @property
+    def watermark(self) -> int:
+        """Blocks an admission leaves free, so the running rows' next tokens rarely force a preemption
+        (vLLM keeps 1 % of the pool the same way)."""
+        return max(1, self.pool.total // 100) if self.running else 0
+
+    def _by_age(self) -> list[Request]:
+        """Running requests, first admitted first: the last is the one preemption takes."""
+        return sorted(self.running.values(), key=lambda r: (r.admit_s, r.index))
+
+    def _chunk(self, r: Request, budget: int) -> int:
+        """How many of a running r's remaining prefill tokens this step runs: up to the budget and the
+        free blocks."""
+        n = min(r.prefill_len - r.prefilled, budget)
+        fits = (len(r.blocks) + len(self.pool.free)) * self.pool.block_size - r.prefilled
+        n = max(min(n, fits), 0)
+        if n:
+            self.pool.grow(r, r.prefilled + n)
+        return n
+
+    def _preempt(self, r: Request) -> tuple[Request, int]:
+        """Free r's blocks and slot; it waits at the queue's head to recompute what it had."""
+        slot = r.slot
+        self.pool.release(r)
+        del self.running[slot]
+        heapq.heappush(self.free, slot)
+        r.slot, r.prefilled, r.folded = None, 0, r.generated
+        r.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(r)
+        return r, slot
 
     def commit(self, plan: Plan, t_end: float) -> list[Request]:
-        """Apply a finished step: count prefilled tokens, stamp new tokens, free finished slots."""
+        """Apply a finished step: count prefilled tokens, stamp new tokens, free finished slots and blocks."""
         for r, _, n in plan.prefills:
             r.prefilled += n
-            if r.prefilled == r.prompt_len:
-                r.token_s.append(t_end)  # the prefill's last logits give the first token
+            if r.prefilled == r.prefill_len:
+                r.token_s.append(t_end)  # the prefill's last logits give the next token
         for r in plan.decodes:
             r.token_s.append(t_end)
         finished = [r for r in self.running.values() if r.done]
         for r in finished:
             del self.running[r.slot]
             heapq.heappush(self.free, r.slot)
-            self.kv_reserved -= r.kv_need
+            self.pool.release(r)
         return finished

@@ -16,7 +16,8 @@ CONTINUOUS_SUMMARY = (
     [("sweep_axis", S), ("sweep_value", F), ("max_num_seqs", I), ("arrival_rate", F), ("concurrency", I)]
     + [(f"queue_ms_p{p}", F) for p in PERCENTILES]
     + [("goodput_rps", F), ("goodput_slo", S), ("kv_capacity_tokens", I64), ("kv_occupancy_mean", F),
-       ("kv_occupancy_max", F), ("admission_waits", I64)]
+       ("kv_occupancy_max", F), ("admission_waits", I64), ("preemptions", I64), ("kv_block_size", I),
+       ("kv_blocks_total", I64), ("kv_blocks_peak", I64)]
 )
 
 # several processes (docs/run-folder.md): the ranks' layout and tensor-parallel communication
@@ -63,7 +64,8 @@ DETAIL = {
                            ("generated_len", I)]),
     "steps": pa.schema([("point_index", I), ("repeat", I), ("step_index", I), ("phase", S),
                         ("start_ms", F), ("duration_ms", F), ("active_seqs", I), ("active_tokens", I64),
-                        ("batch_rows", I), ("prefill_tokens", I64), ("decode_tokens", I64), ("replica", I)]),
+                        ("batch_rows", I), ("prefill_tokens", I64), ("decode_tokens", I64), ("replica", I),
+                        ("kv_blocks", I64), ("preemptions", I)]),
     "samples": pa.schema([("t_s", F), ("point_index", I), ("repeat", I), ("phase", S),
                           ("gpu_util_pct", F), ("mem_ctrl_util_pct", F), ("mem_used_bytes", I64),
                           ("power_w", F), ("sm_clock_mhz", F), ("sm_util_pct", F), ("sm_occupancy_pct", F),

@@ -1,10 +1,12 @@
 """`python -m runners serve`: an OpenAI-compatible streaming server over BatchScope's continuous engine.
 
-One model, `POST /v1/completions` (streamed or not) and `GET /v1/models`, so the `endpoint` engine has a
-real server to measure on any machine, and a served sweep can be set beside an in-process one of the same
-engine. Prompts are token ids (a list of ints); text needs a local checkpoint with a tokenizer. Outputs
-are greedy and forced to `max_tokens` (no early end), as in every BatchScope sweep; sampling options are
-accepted and ignored. A preset has no tokenizer, so a streamed token's text is its id (" 1234").
+One model, `POST /v1/completions` and `POST /v1/chat/completions` (streamed or not) and `GET /v1/models`,
+so the `endpoint` engine has a real server to measure on any machine, and a served sweep can be set beside
+an in-process one of the same engine. Prompts are token ids (a list of ints) or text: a checkpoint's
+tokenizer, else whitespace-separated ids and the workload's words (runners.serve_body says exactly what a
+body may hold; anything else, or a field of the wrong type, is a 400 naming the field). Outputs are greedy
+and forced to `max_tokens` (no early end), as in every BatchScope sweep. A preset has no tokenizer, so a
+streamed token's text is its id (" 1234").
 
 `--api-key-env NAME` makes every request carry `Authorization: Bearer <the variable's value>` (vLLM's
 `--api-key`, with the key kept out of the command line). `--timings FILE` appends one JSON line per finished request with the engine's own times (perf_counter
@@ -29,21 +31,14 @@ from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.engines.live import LiveEngine
 from runners.scheduler import Request
+from runners.serve_body import BadRequest, parse
 from runners.spec import model_context
 
 STOP = object()  # the end of a request's tokens on its queue
 
 
-class BadRequest(Exception):
-    """A request the server refuses: `status` and an OpenAI-style error body."""
-
-    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.kind = status, kind
-
-
 def error_response(err: BadRequest) -> web.Response:
-    return web.json_response({"error": {"message": str(err), "type": err.kind, "param": None, "code": err.status}},
+    return web.json_response({"error": {"message": str(err), "type": err.kind, "param": err.param, "code": err.status}},
                              status=err.status)
 
 
@@ -88,96 +83,88 @@ class Completions:
         return web.json_response({"object": "list", "data": [card]})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, "completions")
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, "chat")
+
+    async def _answer(self, request: web.Request, api: str) -> web.StreamResponse:
         received = time.perf_counter()
         try:
-            body = await request.json()
-            prompt, max_tokens, stream, usage = self.parse(body)
-            r = self.live.submit(prompt, max_tokens)
+            asked = parse(await request.json(), api, self.name, self.vocab, self.tokenizer)
+            r = self.live.submit(asked.prompt, asked.max_tokens)
         except json.JSONDecodeError:
             return error_response(BadRequest("the body is not JSON"))
         except BadRequest as err:
             return error_response(err)
         except ValueError as err:
-            return error_response(BadRequest(str(err)))
+            return error_response(BadRequest(str(err), param="max_tokens"))
         except RuntimeError as err:
             return error_response(BadRequest(str(err), 503, "server_error"))
         queue: asyncio.Queue = asyncio.Queue()
         self.streams[r.index] = queue
+        chat = api == "chat"
         try:
-            if stream:
-                return await self._stream(request, r, queue, usage)
-            return await self._whole(r, queue)
+            if asked.stream:
+                return await self._stream(request, r, queue, asked.usage, chat)
+            return await self._whole(r, queue, chat)
         finally:
             del self.streams[r.index]
-            self._log(body.get("user"), received, r)
-
-    def parse(self, body: Any) -> tuple[list[int], int, bool, bool]:
-        """(prompt ids, max_tokens, stream, include usage) of a completions body, or BadRequest."""
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
-        if body.get("model") not in (None, self.name):
-            raise BadRequest(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError")
-        if body.get("n", 1) != 1:
-            raise BadRequest("n must be 1: this server makes one completion per request")
-        max_tokens = body.get("max_tokens", 16)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise BadRequest(f"max_tokens must be a whole number ≥ 1, got {max_tokens!r}")
-        stream = bool(body.get("stream", False))
-        usage = not stream or bool((body.get("stream_options") or {}).get("include_usage"))
-        return self.prompt_ids(body.get("prompt")), max_tokens, stream, usage
-
-    def prompt_ids(self, prompt: Any) -> list[int]:
-        """Token ids as sent, or text through the checkpoint's tokenizer; one prompt per request."""
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise BadRequest("this server takes token ids only (its model has no tokenizer): send the "
-                                 "prompt as a list of ints")
-            ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            ids = prompt
-        else:
-            raise BadRequest("prompt must be one non-empty list of token ids or one string")
-        if not ids or not all(0 <= t < self.vocab for t in ids):
-            raise BadRequest(f"prompt token ids must lie in [0, {self.vocab})")
-        return ids
+            self._log(asked.user, received, r)
 
     def text(self, token: int) -> str:
         return self.tokenizer.decode([token]) if self.tokenizer is not None else f" {token}"
 
-    def chunk(self, r: Request, text: str | None, finish: str | None) -> dict[str, Any]:
-        choices = [] if text is None else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]
-        return {"id": f"cmpl-{r.index}", "object": "text_completion", "created": self.created, "model": self.name,
-                "choices": choices}
+    def chunk(self, r: Request, text: str | None, finish: str | None, chat: bool) -> dict[str, Any]:
+        """A streamed chunk (no choice for the usage chunk): a completion's `text`, a chat `delta`."""
+        if text is None:
+            choices = []
+        elif chat:
+            choices = [{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish}]
+        else:
+            choices = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]
+        return {"id": f"{'chatcmpl' if chat else 'cmpl'}-{r.index}", "created": self.created, "model": self.name,
+                "object": "chat.completion.chunk" if chat else "text_completion", "choices": choices}
 
     @staticmethod
     def usage(r: Request, made: int) -> dict[str, int]:
         return {"prompt_tokens": r.prompt_len, "completion_tokens": made, "total_tokens": r.prompt_len + made}
 
-    async def _stream(self, request: web.Request, r: Request, queue: asyncio.Queue, usage: bool) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, r: Request, queue: asyncio.Queue, usage: bool,
+                      chat: bool) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
+        if chat:  # the assistant's role first, as OpenAI's chat stream does; it carries no token
+            role = self.chunk(r, "", None, chat)
+            role["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+            await response.write(sse(role))
         made = 0
         while (item := await queue.get()) is not STOP:
             if isinstance(item, BaseException):  # the engine died: say so inside the stream, no [DONE]
                 await response.write(sse({"error": {"message": f"engine failed: {item}", "type": "server_error"}}))
                 return response
             made += 1
-            await response.write(sse(self.chunk(r, self.text(item), "length" if made == r.output_len else None)))
+            await response.write(sse(self.chunk(r, self.text(item), "length" if made == r.output_len else None, chat)))
         if usage:
-            await response.write(sse({**self.chunk(r, None, None), "usage": self.usage(r, made)}))
+            await response.write(sse({**self.chunk(r, None, None, chat), "usage": self.usage(r, made)}))
         await response.write(sse("[DONE]"))
         await response.write_eof()
         return response
 
-    async def _whole(self, r: Request, queue: asyncio.Queue) -> web.Response:
+    async def _whole(self, r: Request, queue: asyncio.Queue, chat: bool) -> web.Response:
         tokens = []
         while (item := await queue.get()) is not STOP:
             if isinstance(item, BaseException):
                 return error_response(BadRequest(f"engine failed: {item}", 500, "server_error"))
             tokens.append(item)
-        body = self.chunk(r, "".join(self.text(t) for t in tokens), "length")
+        text = "".join(self.text(t) for t in tokens)
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": "length"}
+            body = {"id": f"chatcmpl-{r.index}", "object": "chat.completion", "created": self.created,
+                    "model": self.name, "choices": [choice]}
+        else:
+            body = self.chunk(r, text, "length", chat)
         return web.json_response({**body, "usage": self.usage(r, len(tokens))})
 
     def _log(self, user: Any, received: float, r: Request) -> None:
@@ -253,6 +240,7 @@ def main(args: argparse.Namespace) -> int:
     app = web.Application(client_max_size=64 * 2**20, middlewares=[bearer(key)] if key else [])
     app.router.add_get("/v1/models", completions.models)
     app.router.add_post("/v1/completions", completions.completions)
+    app.router.add_post("/v1/chat/completions", completions.chat)
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     print(f"serving {args.model} as {completions.name} on http://{args.host}:{args.port}/v1 (max_num_seqs "

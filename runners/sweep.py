@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from runners import cancel, contract, devices, fingerprint, models, parallel
+from runners import cancel, contract, devices, fingerprint, models, outcome, parallel
 from runners.calibrate import CalibrationError, calibrate
 from runners.engines import make_engine
 from runners.engines.base import Engine
@@ -33,6 +33,7 @@ class Sweep:
         self.sampler = Sampler(device, spec.telemetry_hz, self.t0, gpus=world_size(spec)).start()
         self.progress = Progress(total, self.t0)
         self.stage = Stages(self.folder, self.sampler, self.progress, spec.most_runs())
+        self.outcomes: list[tuple[str, str | None]] = []  # each point's (status, error), as they ran
 
     def run(self) -> str:
         """Returns the final state; every finished point is on disk whatever happens after it."""
@@ -47,7 +48,7 @@ class Sweep:
             planned = points(self.spec)
             seen: list[refine.Seen] = []
             for index, point in enumerate(planned):
-                summary = run_point(ctx, index, point)
+                summary = self._run_point(run_point, ctx, index, point)
                 seen.append(self._seen(point, summary))
                 self.folder.update(points_done=index + 1)
                 if summary["status"] == "oom" and self.spec.on_oom == "stop" and index + 1 < len(planned):
@@ -56,8 +57,11 @@ class Sweep:
                     self.folder.log(note)
                     break
             self._refine(ctx, run_point, planned[0], seen)
-            self.folder.finish("done")
-            return "done"
+            state, error = outcome.ending(self.outcomes)
+            if error:
+                self.folder.log(f"{state}: {error}")
+            self.folder.finish(state, error=error)
+            return state
         except cancel.Cancelled:
             self.folder.log("cancelled: finished points kept")
             self.folder.finish("cancelled")
@@ -89,8 +93,15 @@ class Sweep:
             self.folder.update(points_total=index + 1)
             self.folder.log(f"refine ({proposal.reason}): adding {point.label}, between {proposal.lo:g} and "
                             f"{proposal.hi:g} ({added + 1} of at most {spec.refine_points})")
-            seen.append(self._seen(point, run_point(ctx, index, point)))
+            seen.append(self._seen(point, self._run_point(run_point, ctx, index, point)))
             self.folder.update(points_done=index + 1)
+
+    def _run_point(self, run_point: Callable[[PointContext, int, Point], Summary], ctx: PointContext, index: int,
+                   point: Point) -> Summary:
+        """Run one point and keep its outcome for the sweep's final state (runners.outcome)."""
+        summary = run_point(ctx, index, point)
+        self.outcomes.append((summary["status"], summary["error"]))
+        return summary
 
     def _seen(self, point: Point, summary: Summary) -> refine.Seen:
         """What refinement reads of a finished point: its axis value, throughput and the SLO's latency."""

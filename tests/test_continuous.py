@@ -16,7 +16,8 @@ from runners.engines.base import Batch
 from runners.engines.continuous import ContinuousEngine, buckets
 from runners.engines.fast import FastEngine
 from runners.models import load
-from runners.scheduler import Arrivals, Request, Scheduler
+from runners.kv_layout import KV_BLOCK_SIZE
+from runners.scheduler import Arrivals, BlockPool, Request, Scheduler
 from runners.spec import problems, validate
 from tests.runner_helpers import run_runner
 
@@ -35,10 +36,11 @@ def workload(n: int, seed: int, prompt_hi: int = 40, output_hi: int = 12) -> tup
 
 
 def serve(static: FastEngine, slots: int, prompts, outputs, arrivals: dict, budget: int = BIG,
-          kv_capacity: int = BIG, record: bool = False):
+          kv_tokens: int | None = None, record: bool = False, block_size: int = KV_BLOCK_SIZE):
     engine = ContinuousEngine(static.decoder, torch.device("cpu"))
-    engine.setup(slots, max(len(p) + o for p, o in zip(prompts, outputs)))
-    return engine.run(prompts, outputs, {**arrivals, "seed": 0}, budget, kv_capacity, record_tokens=record)
+    engine.setup(slots, max(len(p) + o for p, o in zip(prompts, outputs)), kv_tokens=kv_tokens,
+                 block_size=block_size)
+    return engine.run(prompts, outputs, {**arrivals, "seed": 0}, budget, record_tokens=record)
 
 
 def test_greedy_tokens_equal_the_static_engine_with_slot_reuse_and_chunked_prefill(static) -> None:
@@ -76,20 +78,67 @@ def test_queue_wait_is_zero_with_room_and_grows_with_one_slot(static) -> None:
     assert sum(waits) > 3 * sum(r.admit_s - r.arrival_s for r in roomy.requests) + 1e-3
 
 
-def test_full_cache_makes_admission_wait_instead_of_failing(static) -> None:
+def test_full_pool_makes_admission_wait_instead_of_failing(static) -> None:
     prompts, outputs = workload(8, seed=4, prompt_hi=20, output_hi=6)
     longest = max(len(p) + o for p, o in zip(prompts, outputs))
-    result = serve(static, 4, prompts, outputs, dict(concurrency=8), kv_capacity=longest)
+    result = serve(static, 4, prompts, outputs, dict(concurrency=8), kv_tokens=longest, block_size=4)
     assert all(len(r.token_s) == r.output_len for r in result.requests)
     assert result.admission_waits > 0
-    assert max(s.running for s in result.steps) < 4  # the cache, not the slots, limited the batch
-    assert max(s.kv_tokens for s in result.steps) <= longest
+    assert max(s.running for s in result.steps) < 4  # the pool, not the slots, limited the batch
+    assert max(s.kv_blocks for s in result.steps) * 4 <= -(-longest // 4) * 4
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_paged_tokens_equal_the_static_engine_at_several_block_sizes(static, block_size: int) -> None:
+    prompts, outputs = workload(10, seed=5)
+    want = [static.generate(Batch([p], [o])).tokens[0][:o] for p, o in zip(prompts, outputs)]
+    result = serve(static, 4, prompts, outputs, dict(concurrency=6), budget=24, record=True, block_size=block_size)
+    assert [result.tokens[i] for i in range(10)] == want
+    assert result.preemptions == 0
+
+
+def test_a_pool_too_small_preempts_counts_it_and_returns_every_token_unchanged(static) -> None:
+    prompts, outputs = workload(12, seed=6, prompt_hi=24, output_hi=16)
+    want = [static.generate(Batch([p], [o])).tokens[0][:o] for p, o in zip(prompts, outputs)]
+    longest = max(len(p) + o for p, o in zip(prompts, outputs))
+    result = serve(static, 6, prompts, outputs, dict(concurrency=12), budget=64, record=True,
+                   kv_tokens=longest + 8, block_size=4)
+    assert result.preemptions > 0 and sum(s.preemptions for s in result.steps) == result.preemptions
+    assert sum(r.preemptions for r in result.requests) == result.preemptions
+    assert [result.tokens[i] for i in range(12)] == want
+    assert all(len(r.token_s) == r.output_len for r in result.requests)
+
+
+def test_no_block_is_ever_held_by_two_live_requests() -> None:
+    rng = random.Random(7)
+    pool = BlockPool(blocks=16, block_size=4)  # 60 tokens: the longest request (50) fits alone
+    sched = Scheduler(slots=6, token_budget=32, pool=pool)
+    requests = [Request(i, rng.randint(1, 30), rng.randint(1, 20)) for i in range(30)]
+    source = Arrivals(requests, concurrency=10)
+    now, preempted = 0.0, 0
+    while True:
+        for r in source.arrived(now):
+            sched.add(r)
+        plan = sched.plan(now)
+        if plan.empty:
+            break
+        held = [b for r in sched.running.values() for b in r.blocks]
+        assert len(held) == len(set(held)) and 0 not in held
+        assert len(held) + len(pool.free) == pool.total
+        for r in sched.running.values():
+            assert len(r.blocks) * 4 >= r.kv_held + (r.prefilled == r.prefill_len)
+        preempted += len(plan.preempted)
+        now += 1.0
+        for r in sched.commit(plan, now):
+            source.finished(r, now)
+    assert sched.idle and all(r.done for r in requests)
+    assert preempted == sched.preemptions > 0 and pool.used == 0
 
 
 def test_scheduler_admits_fifo_within_slots_budget_and_capacity() -> None:
     reqs = [Request(i, 10, 3) for i in range(4)]
     source = Arrivals(reqs, concurrency=4)
-    sched = Scheduler(slots=2, token_budget=15, kv_capacity=BIG)
+    sched = Scheduler(slots=2, token_budget=15, pool=BlockPool(BIG // 10**4, 16))
     for r in source.arrived(0.0):
         sched.add(r)
     plan = sched.plan(0.0)
@@ -112,10 +161,11 @@ def test_poisson_arrivals_are_seeded_and_closed_loop_waits_for_a_finish() -> Non
     assert [(r.index, r.arrival_s) for r in closed.arrived(2.5)] == [(2, 2.5)]
 
 
-def test_buckets_are_powers_of_two_capped_by_max_num_seqs() -> None:
+def test_buckets_are_powers_of_two_then_steps_of_64_capped_by_max_num_seqs() -> None:
     assert buckets(1) == [1]
     assert buckets(6) == [1, 2, 4, 6]
     assert buckets(8) == [1, 2, 4, 8]
+    assert buckets(200) == [1, 2, 4, 8, 16, 32, 64, 128, 192, 200]
 
 
 CONT = {"model": "tiny", "mode": "continuous", "engine": "fast"}
@@ -132,6 +182,8 @@ CONT = {"model": "tiny", "mode": "continuous", "engine": "fast"}
     ({**CONT, "concurrency": 4, "max_num_seqs": 64, "max_num_batched_tokens": 32}, "max_num_batched_tokens", "≥ max_num_seqs"),
     ({**CONT, "concurrency": 4, "num_requests": 0}, "num_requests", "≥ 1"),
     ({**CONT, "concurrency": 4, "kv_cache_tokens": 10}, "kv_cache_tokens", "longest request"),
+    ({**CONT, "concurrency": 4, "gpu_memory_utilization": 1.5}, "gpu_memory_utilization", "at most 0.98"),
+    ({**CONT, "concurrency": 4, "gpu_memory_utilization": "most"}, "gpu_memory_utilization", "not a number"),
     ({**CONT, "concurrency": 4, "slo_metric": "tpot"}, "slo_metric", "one of"),
     ({**CONT, "concurrency": 4, "slo_ms": -5}, "slo_ms", "positive"),
     ({**CONT, "concurrency": 4, "prompt_len": "fixed:2040"}, "prompt_len", "context"),

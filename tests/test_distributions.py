@@ -4,6 +4,7 @@ import statistics
 import pytest
 
 from runners import distributions
+from runners.spec import problems
 
 
 def test_fixed_always_same():
@@ -64,3 +65,13 @@ def test_a_length_file_too_big_to_read_for_every_batch_is_refused(tmp_path):
     path.write_text("7 " * (distributions.MAX_FILE_BYTES // 2 + 1))
     with pytest.raises(ValueError, match="over 1 MiB"):
         distributions.parse(f"file:{path}")
+
+
+def test_a_length_file_holding_a_sixty_digit_length_is_refused_in_one_short_line(tmp_path):
+    """Issue 38: a length file's values have the same bound as a written length."""
+    path = tmp_path / "lengths.txt"
+    path.write_text("16 " + "1" + "0" * 59)
+    with pytest.raises(ValueError, match="holds a length over 10,000,000 tokens"):
+        distributions.parse(f"file:{path}")
+    found = problems({"model": "tiny", "prompt_len": f"file:{path}"})
+    assert "over 10,000,000 tokens" in found["prompt_len"] and len(found["prompt_len"]) < 200

@@ -22,6 +22,7 @@ import pytest
 from batchscope.ingest import ingest_run
 from batchscope.jobs import JobManager
 from batchscope.store import Store
+from runners.engines.sse import CompletionStream
 from runners.spec import validate
 from tests.runner_helpers import REPO, read_status, run_runner, runner_cmd
 from tests.test_pages import home, no_traceback, open_page, texts  # noqa: F401 (home is a fixture)
@@ -111,6 +112,10 @@ def test_a_concurrency_sweep_against_a_real_server_lands_in_the_db(swept: Path, 
     assert points["output_tokens_per_s"].iloc[2] > points["output_tokens_per_s"].iloc[0]  # batching pays on the server
     assert run["engine"] == "endpoint" and run["mode"] == "endpoint"
     assert run["env"]["engine"].startswith(f"endpoint http://127.0.0.1:{server[0]}/v1")
+    # api auto: the server answers completions, takes token ids and ignore_eos, and ends streams at [DONE]
+    assert run["env"]["endpoint"] == {"api": "completions", "prompt": "ids", "length": "ignore_eos",
+                                      "stream_options": True, "usage": "server", "end": "[DONE]",
+                                      "prompt_tokens_added": 0}
     # token ids go as the prompt, so every request has exactly the length the workload drew
     spec = validate({k: v for k, v in json.loads((swept / "spec.json").read_text()).items()
                      if k not in ("run_id", "created_at")})
@@ -189,6 +194,7 @@ def test_a_server_killed_mid_point_fails_that_points_requests_and_the_sweep_goes
     assert pq.read_table(killed / "points" / "p0001.requests.parquet").num_rows == 30 - int(failed[1])
     assert after["status"] == "error" and "cannot reach" in after["error"]
     assert read_status(killed)["state"] == "done" and read_status(killed)["points_done"] == 3
+    assert read_status(killed)["error"].startswith("1 of 3 points failed: Unreachable: cannot reach")  # issue 38
 
 
 def test_the_run_page_shows_each_points_failed_requests_and_the_server(home, killed: Path) -> None:
@@ -199,6 +205,7 @@ def test_the_run_page_shows_each_points_failed_requests_and_the_server(home, kil
     assert any(re.fullmatch(r"Concurrency 2: \d+ of 30 requests failed: .*connection refused.*", c) for c in captions), captions
     assert any(c.startswith("Concurrency 4: Unreachable: cannot reach http://127.0.0.1:") for c in captions), captions
     assert any(c.startswith("Server http://127.0.0.1:") and "model its first listed" in c for c in captions), captions
+    assert any(w.startswith("The sweep finished, but 1 of 3 points failed: Unreachable") for w in texts(at, "warning"))
 
 
 def test_each_point_restarts_the_server_with_its_knob_and_stops_it_after(tmp_path: Path) -> None:
@@ -240,3 +247,50 @@ def test_new_sweep_asks_for_the_server_and_its_load_and_launches_only_a_valid_on
     assert any("only one axis" in e for e in texts(at, "error")), texts(at, "error")  # clients are listed too
     at.text_input(key="concurrency").set_value("64").run()
     assert not at.button(key="launch").disabled, texts(at, "error")
+
+
+def post(port: int, path: str, body: dict) -> tuple[int, bytes]:
+    """POST `body` to the keyed test server: (status, raw body), an HTTP error's status included."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1{path}", data=json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_runners_serve_answers_chat_streamed_and_whole_and_refuses_a_mistyped_field(server) -> None:
+    port = server[0]
+    message = {"messages": [{"role": "user", "content": "the of 7"}], "max_tokens": 3, "user": "chat-test"}
+    status, raw = post(port, "/chat/completions", message)
+    whole = json.loads(raw)
+    assert status == 200 and whole["object"] == "chat.completion", raw
+    assert whole["choices"][0]["message"]["role"] == "assistant" and len(whole["choices"][0]["message"]["content"].split()) == 3
+    assert whole["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}  # 'the' 'of' and id 7
+    status, raw = post(port, "/chat/completions", {**message, "stream": True, "stream_options": {"include_usage": True}})
+    stream = CompletionStream(chat=True)
+    stream.feed(raw, 0.0)
+    assert status == 200 and stream.failure() is None and len(stream.chunk_s) == 3 and stream.count("prompt_tokens") == 3
+    for path, body, param in [("/completions", {"prompt": [1, 2], "temperature": "hot"}, "temperature"),
+                              ("/chat/completions", {**message, "logprobs": True}, "logprobs")]:
+        status, raw = post(port, path, body)
+        assert status == 400 and json.loads(raw)["error"]["param"] == param, raw
+
+
+def test_a_chat_sweep_of_runners_serve_sends_words_and_forces_each_length(server, tmp_path: Path) -> None:
+    out = tmp_path / "chat-run"
+    done = subprocess.run(runner_cmd(out, *endpoint(server[0], "--api", "chat", "--concurrency", "2", "--num-requests", "6",
+                                                    "--prompt-len", "uniform:4:12", "--output-len", "uniform:2:6",
+                                                    "--repeats", "1", "--warmup", "0", "--api-key-env", KEY_ENV)),
+                          cwd=REPO, env={**os.environ, KEY_ENV: KEY}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "env.json").read_text())["endpoint"] == {
+        "api": "chat", "prompt": "text", "length": "ignore_eos", "stream_options": True, "usage": "server",
+        "end": "[DONE]", "prompt_tokens_added": 0}  # its presets have no chat template
+    spec = validate({k: v for k, v in json.loads((out / "spec.json").read_text()).items()
+                     if k not in ("run_id", "created_at")})
+    prompts, outputs = spec.request_lengths(6, 0)
+    rows = sorted(pq.read_table(out / "points" / "p0000.requests.parquet").to_pylist(), key=lambda r: r["request_index"])
+    assert [r["prompt_len"] for r in rows] == prompts  # one token a word
+    assert [r["output_len"] for r in rows] == [r["generated_len"] for r in rows] == outputs  # forced

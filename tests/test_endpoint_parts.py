@@ -1,15 +1,18 @@
 """The endpoint engine's pure parts, on hand-written input with hand-checked answers: server-sent events,
-completion chunks, token times, a repeat's rows with its failed requests counted, and the spec."""
+completion and chat chunks, token times, request bodies, a repeat's rows with its failed requests counted,
+the spec, and what `runners serve` accepts in a body."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
-from runners.engines.endpoint import Outcome, Served
+from runners.engines.endpoint import Capabilities, Outcome, Served, request_body
 from runners.engines.sse import CompletionStream, EventParser, token_times
 from runners.metrics.endpoint import endpoint_repeat, summarise
 from runners.spec import points, problems, validate
+from runners.serve_body import BadRequest, Parsed, parse
 from runners.spec.endpoint import server_argv
 from runners.workload import TEXT_WORDS, text_prompt
 
@@ -74,15 +77,16 @@ def outcome(index: int, arrival: float, sent: float, chunks: list[float], error:
 def test_a_repeat_keeps_finished_requests_and_counts_the_failed_ones_by_kind() -> None:
     served = Served([
         outcome(0, 0.0, 0.0, [0.100, 0.110, 0.130], usage=(7, 3)),  # TTFT 100 ms, gaps 10 and 20 ms
-        outcome(1, 0.050, 0.051, [0.450, 0.460]),  # no usage: the drawn prompt, 2 chunks; TTFT 400 ms
+        outcome(1, 0.050, 0.051, [0.450, 0.460]),  # no usage: the drawn prompt, 2 chunks of 4 asked; TTFT 400 ms
         outcome(2, 0.060, 0.060, [], error="connection refused"),
         outcome(3, 0.070, 0.070, [0.200], error="truncated stream"),
     ], start=100.0)
-    rep = endpoint_repeat(4, 0, 2, served, [9, 11, 13, 15], "ttft", 300.0)
+    rep = endpoint_repeat(4, 0, 2, served, [9, 11, 13, 15], [3, 4, 5, 6], "ttft", 300.0)
     rows = {r["request_index"]: r for r in rep.requests}
     assert sorted(rows) == [0, 1]
-    assert rows[0]["prompt_len"] == 7 and rows[0]["output_len"] == 3
-    assert rows[1]["prompt_len"] == 11 and rows[1]["output_len"] == 2
+    assert (rows[0]["prompt_len"], rows[0]["output_len"], rows[0]["generated_len"]) == (7, 3, 3)
+    # the server ended request 1 early (its length not forced): asked 4, generated 2
+    assert (rows[1]["prompt_len"], rows[1]["output_len"], rows[1]["generated_len"]) == (11, 4, 2)
     assert rows[0]["ttft_ms"] == pytest.approx(100.0) and rows[1]["ttft_ms"] == pytest.approx(400.0)
     assert rows[0]["e2e_ms"] == pytest.approx(130.0) and rows[0]["queue_ms"] is None
     assert sorted(rep.itl) == pytest.approx([10.0, 10.0, 20.0])
@@ -95,6 +99,7 @@ def test_a_repeat_keeps_finished_requests_and_counts_the_failed_ones_by_kind() -
     assert rep.in_flight == pytest.approx(in_flight / wall_s)
     out = summarise(4, 2, [rep, rep], 1, "ttft", 300.0)
     assert out["status"] == "ok" and out["outlier_steps"] is None and out["prefill_tokens_per_s"] is None
+    assert out["output_len_mean"] == pytest.approx(2.5)  # the tokens generated, over which throughput is
     assert out["error"] == ("4 of 8 requests failed: connection refused ×2, truncated stream ×2 "
                             "(first: connection refused: refused by 127.0.0.1:1)")
     assert out["ttft_ms_p50"] == pytest.approx(250.0)
@@ -103,7 +108,7 @@ def test_a_repeat_keeps_finished_requests_and_counts_the_failed_ones_by_kind() -
 def test_a_repeat_with_no_finished_request_is_an_error() -> None:
     served = Served([outcome(0, 0.0, 0.0, [], error="HTTP 503"), outcome(1, 0.0, 0.0, [], error="HTTP 503")], 0.0)
     with pytest.raises(RuntimeError, match=r"all 2 requests failed: 2 of 2 requests failed: HTTP 503 ×2"):
-        endpoint_repeat(0, 0, 1, served, [4, 4], "ttft", 1000.0)
+        endpoint_repeat(0, 0, 1, served, [4, 4], [2, 2], "ttft", 1000.0)
 
 
 def test_the_endpoint_engine_takes_the_endpoint_mode_and_sweeps_the_load() -> None:
@@ -146,3 +151,96 @@ def test_a_text_prompt_has_one_word_per_drawn_token_picked_by_its_id() -> None:
     ids = [0, 1, len(TEXT_WORDS), 2 * len(TEXT_WORDS) + 5]
     assert text_prompt(ids).split(" ") == [TEXT_WORDS[0], TEXT_WORDS[1], TEXT_WORDS[0], TEXT_WORDS[5]]
     assert len(set(TEXT_WORDS)) == len(TEXT_WORDS) and all(w.isalpha() and w.islower() for w in TEXT_WORDS)
+
+
+CHAT = [  # vLLM's shape: the role first with empty content, a token split over two reads, usage, [DONE]
+    b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n',
+    b'data: {"choices":[{"index":0,"delta":{"content":" the"},"finish_reason":null}]}\n\ndata: {"choi',
+    b'ces":[{"index":0,"delta":{"content":""},"finish_reason":null}]}\n\n',
+    b'data: {"choices":[{"index":0,"delta":{"content":" of"},"finish_reason":"length"}]}\n\n',
+    b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":9,"completion_tokens":3}}\n\n',
+]
+
+
+def test_a_chat_stream_times_content_deltas_and_not_the_role() -> None:
+    stream = CompletionStream(chat=True)
+    for t, raw in enumerate(CHAT):
+        stream.feed(raw, float(t))
+    # the role at 0 carries no token; " the" at 1, the held-back empty piece at 2, " of" at 3; the closing
+    # delta with usage carries none
+    assert stream.chunk_s == [1.0, 2.0, 3.0]
+    assert (stream.count("prompt_tokens"), stream.count("completion_tokens")) == (9, 3)
+    # transformers serve ends here, without [DONE]: whole once a finish_reason came, unless [DONE] is expected
+    assert stream.failure(done_marker=False) is None and stream.failure() == "truncated stream"
+    cut = CompletionStream(chat=True)
+    cut.feed(b"".join(CHAT[:3]), 0.0)
+    assert cut.failure(done_marker=False) == "truncated stream"  # no finish_reason: the connection ended early
+    as_text = CompletionStream()  # the same stream read as completions has no `text`: no token at all
+    as_text.feed(b"".join(CHAT), 0.0)
+    assert as_text.chunk_s == []
+
+
+def caps(**changes: object) -> Capabilities:
+    return replace(Capabilities("completions", "ids", "ignore_eos", True, "server", "[DONE]"), **changes)
+
+
+def test_a_request_carries_only_the_fields_the_server_took() -> None:
+    assert request_body(caps(), "m", [5, 6], 4, True, "run/p0/r0/1") == {
+        "model": "m", "max_tokens": 4, "temperature": 0.0, "stream": True, "prompt": [5, 6], "ignore_eos": True,
+        "stream_options": {"include_usage": True}, "user": "run/p0/r0/1"}
+    chat = request_body(caps(api="chat", prompt="text", length="min_tokens", stream_options=False), "m", "the of", 4, True)
+    assert chat == {"model": "m", "max_tokens": 4, "temperature": 0.0, "stream": True,
+                    "messages": [{"role": "user", "content": "the of"}], "min_tokens": 4}
+    strict = request_body(caps(length="none", stream_options=False), "m", "the", 2, False)
+    assert set(strict) == {"model", "max_tokens", "temperature", "stream", "prompt"}
+    assert caps(api="chat", prompt="text", length="none", end="end of stream", prompt_tokens_added=2).describe() == (
+        "chat API, prompts as text, output lengths not forced, usage from the stream, streams end at end of "
+        "stream, the server counts +2 prompt tokens over those sent")
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"api": "responses"}, "api"),
+    ({"api": "chat", "prompt_format": "ids"}, "prompt_format"),  # chat messages are text
+])
+def test_the_api_option_is_checked(changes: dict, field: str) -> None:
+    assert field in problems({"model": "tiny", "engine": "endpoint", "concurrency": 4, **changes})
+    assert validate({"model": "tiny", "engine": "endpoint", "concurrency": 4, "api": "chat"}).api == "chat"
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"prompt": [1], "temperature": "hot"}, "temperature"),
+    ({"prompt": [1], "max_tokens": 2.5}, "max_tokens"),
+    ({"prompt": [1], "stream": "yes"}, "stream"),
+    ({"prompt": [1], "logprobs": 2}, "logprobs"),  # unsupported: refused, never ignored
+    ({"prompt": [1], "stop": ["\n"]}, "stop"),
+    ({"prompt": [1], "stream_options": {"include_usage": 1}}, "stream_options"),
+    ({"prompt": [1], "max_tokens": 2, "min_tokens": 3}, "min_tokens"),
+    ({"prompt": "the zebra"}, "prompt"),  # not a word the preset maps
+    ({"messages": [{"role": "user", "content": "the"}]}, "messages"),  # a chat field on completions
+])
+def test_runners_serve_refuses_a_completions_field_by_name(body: dict, param: str) -> None:
+    with pytest.raises(BadRequest) as refused:
+        parse(body, "completions", "tiny", 512, None)
+    assert refused.value.param == param and refused.value.status == 400 and param in str(refused.value)
+
+
+@pytest.mark.parametrize("messages, param", [
+    ([{"role": "user", "content": ["the"]}], "messages[0].content"),
+    ([{"role": "robot", "content": "the"}], "messages[0].role"),
+    ([{"role": "user", "content": "the", "name": "x"}], "messages[0]"),
+    ([], "messages"),
+])
+def test_runners_serve_refuses_a_chat_message_by_name(messages: list, param: str) -> None:
+    with pytest.raises(BadRequest) as refused:
+        parse({"messages": messages}, "chat", "tiny", 512, None)
+    assert refused.value.param == param
+
+
+def test_runners_serve_reads_a_presets_text_as_ids_and_workload_words() -> None:
+    sent = {"model": "tiny", "messages": [{"role": "system", "content": "7 the"},
+                                          {"role": "user", "content": text_prompt([3, 1, 505])}],
+            "max_completion_tokens": 5, "stream": True, "stream_options": {"include_usage": True},
+            "ignore_eos": True, "min_tokens": 5, "temperature": 0, "user": "t"}
+    assert parse(sent, "chat", "tiny", 512, None) == Parsed([7, 0, 3, 1, 505 % len(TEXT_WORDS)], 5, True, True, "t")
+    assert parse({"prompt": "12 of"}, "completions", "tiny", 512, None) == Parsed([12, 1], 16, False, True, None)
+    assert parse({"prompt": [3, 4], "stream": True}, "completions", "tiny", 512, None).usage is False

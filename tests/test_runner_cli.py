@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,9 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from runners.schemas import DETAIL, SUMMARY
-from tests.runner_helpers import TINY, read_status, run_runner, start_runner, wait_for_points
+from runners.spec import problems
+from tests.runner_helpers import REPO, TINY, read_status, run_runner, start_runner, wait_for_points
 
-DESIGN_METRICS = [  # DESIGN §2 "per point, at least"
+DESIGN_METRICS = [  # docs/design.md §2 "Per point, at least"
     "batch_size", "active_seqs_mean", "active_tokens_mean", "prefill_ms", "decode_step_ms",
     *(f"{m}_ms_p{p}" for m in ("ttft", "itl", "e2e") for p in (50, 95, 99)),
     "input_tokens_per_s", "output_tokens_per_s", "requests_per_s", "prefill_padding_waste",
@@ -76,7 +79,8 @@ def test_spec_file_gives_the_same_options(tmp_path):
     (["--batch-sizes", "-4"], "≥ 1"),
     (["--batch-sizes", "1,2.5"], "whole number"),
     (["--batch-sizes", "1,8", "--max-batch-size", "4"], "ceiling"),
-    (["--batch-sizes", "100000"], "ceiling"),
+    (["--batch-sizes", "10000"], "ceiling"),
+    (["--batch-sizes", "100000"], "at most 65,536"),
     (["--model", "no-such-preset"], "unknown model"),
     (["--model", "/no/such/checkpoint"], "unknown model"),
     (["--prompt-len", "fixed:0"], "≥ 1"),
@@ -89,7 +93,7 @@ def test_spec_file_gives_the_same_options(tmp_path):
     (["--device", "cuda:7"], "device"),
     (["--on-oom", "explode"], "on_oom"),
     (["--seed", "100000000000000000000"], "seed"),  # the runner could not seed with it
-    (["--max-batch-size", "100000000", "--batch-sizes", "100000000"], "max_batch_size"),  # once hung validation
+    (["--max-batch-size", "100000000", "--batch-sizes", "100000000"], "at most 65,536"),  # once hung validation
     (["--engine", "fast", "--mode", "continuous", "--arrival", "poisson:4", "--num-requests", "1000000000"],
      "num_requests"),
 ])
@@ -101,6 +105,31 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, options, f
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], lines
     assert not out.exists()
+
+
+SIXTY_DIGITS = "1" + "0" * 59
+
+
+@pytest.mark.parametrize("flag", ["--max-num-seqs", "--max-num-batched-tokens", "--seed"])
+def test_a_sixty_digit_value_gets_one_message_from_the_flag_the_json_spec_the_form_and_serve(tmp_path, flag):
+    """Issue 38: the spec's one check answers, whichever way the value comes in."""
+    name = flag[2:].replace("-", "_")
+    continuous = ["--engine", "fast", "--mode", "continuous", "--concurrency", "4"]
+    by_flag = run_runner(tmp_path / "a", *TINY, *continuous, flag, SIXTY_DIGITS, timeout=60)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({name: int(SIXTY_DIGITS)}))
+    by_json = run_runner(tmp_path / "b", *TINY, *continuous, "--spec", str(spec), timeout=60)
+    served = subprocess.run([sys.executable, "-m", "runners", "serve", "--model", "tiny", flag, SIXTY_DIGITS],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    form = problems({"model": "tiny", "engine": "fast", "mode": "continuous", "concurrency": 4, name: SIXTY_DIGITS})
+    assert (by_flag.returncode, by_json.returncode, served.returncode) == (2, 2, 2)
+    message = form[name]
+    assert message.startswith(f"{name} must be at most ") and len(message) < 200
+    assert by_flag.stderr.strip() == f"error: {name}: {message}"
+    assert by_json.stderr.strip() == f"error: {name}: {message}"
+    assert message.endswith(f"got {SIXTY_DIGITS[:20]}… (60 digits)")
+    assert served.stderr.strip().splitlines()[-1].endswith(f"argument {flag}: {message}")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_existing_run_folder_is_never_overwritten(tmp_path):

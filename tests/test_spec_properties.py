@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import random
 import tempfile
+import time
 from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -126,3 +128,104 @@ def test_any_checkpoint_config_gives_a_valid_spec_or_one_spec_error_line(config:
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "config.json").write_text(json.dumps(config))
         one_line_spec_error({"model": folder, "engine": "fast", "tensor_parallel": tensor_parallel})
+
+
+# Issue 38: every option, whatever hostile value it gets, is answered by one short line naming it, in under
+# a second, from the one check the form, the CLI, a JSON spec and `runners serve` share.
+BASES = {  # a valid sweep of each mode, so the option's own check is what answers
+    "static": {"model": "tiny", "prompt_len": "fixed:8", "output_len": "fixed:2"},
+    "continuous": {"model": "tiny", "engine": "fast", "mode": "continuous", "concurrency": 4, "prompt_len": "fixed:8",
+                   "output_len": "fixed:2"},
+    "endpoint": {"model": "tiny", "engine": "endpoint", "concurrency": 4, "prompt_len": "fixed:8",
+                 "output_len": "fixed:2"},
+}
+SPEC_FIELD = {f.name: f for f in fields(SweepSpec)}
+HOSTILE = {
+    "huge": st.integers(min_value=10**17, max_value=10**90),
+    "negative": st.integers(min_value=-(10**90), max_value=-1) | st.floats(max_value=-1e-9, allow_infinity=True),
+    "zero": st.sampled_from([0, 0.0]),
+    "fractional": st.floats(allow_nan=True, allow_infinity=False).filter(lambda x: not float(x).is_integer()),
+    "wrong type": (st.booleans() | st.dictionaries(st.text(max_size=5), JSON, max_size=3)
+                   | st.lists(st.dictionaries(st.text(max_size=3), JSON, max_size=2), min_size=1, max_size=3)),
+    "very long": st.builds(lambda char, n: char * n, st.characters(blacklist_categories=["Cs"]),
+                           st.integers(min_value=4097, max_value=50_000)),
+    "digits as text": st.builds(lambda sign, n: sign + "9" * n, st.sampled_from(["", "-", "+"]),
+                                st.integers(min_value=19, max_value=4000)),
+}
+NUMERIC = ("int", "float", "list[int]")
+
+
+def answered(raw: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    """problems(raw) and validate(raw)'s error line, each timed: under a second, every line under 200."""
+    start = time.perf_counter()
+    found = problems(raw)
+    middle = time.perf_counter()
+    try:
+        validate(raw)
+        line = None
+    except SpecError as err:
+        line = str(err)
+    assert middle - start < 1.0 and time.perf_counter() - middle < 1.0
+    for message in [*found.values(), line or ""]:
+        assert len(message) < 200 and "\n" not in message, message
+    return found, line
+
+
+@settings(deadline=timedelta(seconds=2), max_examples=400,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from(SPEC_FIELDS), st.sampled_from(list(HOSTILE)).flatmap(
+    lambda kind: st.tuples(st.just(kind), HOSTILE[kind])), st.sampled_from(list(BASES)))
+def test_every_option_answers_any_hostile_value_in_one_short_line_within_a_second(
+        name: str, hostile: tuple[str, Any], base: str) -> None:
+    kind, value = hostile
+    found, line = answered({**BASES[base], name: value})
+    declared = SPEC_FIELD[name]
+    numeric = declared.type in NUMERIC
+    meta = declared.metadata
+    allowed_zero = declared.type == "int" and meta.get("least") == 0
+    must_refuse = (kind in ("huge", "negative", "fractional", "very long")
+                   or (kind == "wrong type" and not (declared.type == "bool" and isinstance(value, bool)))
+                   or (kind == "zero" and not allowed_zero) or (kind == "digits as text" and numeric))
+    if kind == "fractional" and declared.type == "float":  # a fraction within the bounds is a good value
+        must_refuse = not meta.get("above", meta.get("least", -1)) < value <= meta.get("most", 0)
+    if must_refuse:
+        assert name in found, (name, kind, found)
+        assert line is not None and line.split(": ", 1)[0] in found
+    if numeric and name in found and kind in ("huge", "digits as text"):
+        assert "… (" in found[name] or len(str(value)) <= 32, found[name]  # cut: first digits and the length
+
+
+def sixty_digits(sign: str = "") -> str:
+    return sign + "1" + "0" * 59
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(SweepSpec) if f.type in NUMERIC])
+@pytest.mark.parametrize("as_text", [False, True])  # JSON's number, or the CLI's and the form's text
+def test_a_sixty_digit_value_in_any_numeric_option_is_named_within_a_second(name: str, as_text: bool) -> None:
+    value = sixty_digits() if as_text else int(sixty_digits())
+    for base in BASES.values():
+        found, line = answered({**base, name: value})
+        assert found[name].startswith(f"{name} must be at most "), found[name]
+        assert found[name].endswith("got 10000000000000000000… (60 digits)"), found[name]
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(SweepSpec) if f.type == "str"])
+@pytest.mark.parametrize("value", [{"first": "a"}, ["a"], 7, True])
+def test_every_text_option_refuses_another_json_type(name: str, value: Any) -> None:
+    found, _ = answered({**BASES["endpoint"], name: value})
+    kind = {dict: "an object", list: "a list", int: "a number", bool: "true/false"}[type(value)]
+    assert found[name] == f"{name} is text, not {kind}: {value!r}"
+
+
+def test_every_numeric_option_declares_its_bounds_and_every_text_option_its_length() -> None:
+    """What the check above reads: an option added without bounds would take any number."""
+    for declared in fields(SweepSpec):
+        meta = declared.metadata
+        if declared.type == "int":
+            assert {"least", "most"} <= set(meta), declared.name
+        elif declared.type == "float":
+            assert "most" in meta and ("least" in meta or "above" in meta), declared.name
+        elif declared.type == "list[int]":
+            assert "most" in meta, declared.name
+        else:
+            assert declared.type in ("str", "bool") and meta["longest"] > 0, declared.name

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from batchscope.cli import main
 from batchscope.migrations import CURRENT_VERSION
+from batchscope.store_file import locked_words
 from tests.db_helpers import dump_tables
 from tests.runner_helpers import TINY, read_status, start_runner, wait_for_points
 
@@ -95,8 +97,11 @@ def test_not_a_run_folder_and_missing_db_are_exit_2(tmp_path: Path, capsys: pyte
     assert capsys.readouterr().err == f"error: no database at {tmp_path / 'absent.duckdb'}\n"
 
 
-def test_db_held_by_another_process_is_exit_1(runner_folder: Path, tmp_path: Path) -> None:
+def test_db_held_by_another_process_is_exit_1(runner_folder: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the wait is over, the line names no other process's executable or pid: how to find it instead."""
     db = tmp_path / "held.duckdb"
+    monkeypatch.setenv("BATCHSCOPE_DB_WAIT_S", "0.5")
     holder = duckdb.connect(str(db))  # this test process plays the running app
     try:
         result = _cli("import", str(runner_folder), "--db", str(db))
@@ -104,7 +109,8 @@ def test_db_held_by_another_process_is_exit_1(runner_folder: Path, tmp_path: Pat
         holder.close()
     assert result.returncode == 1
     [line] = result.stderr.splitlines()
-    assert line.startswith("error: cannot use the database (") and line.endswith("is the app running on it?")
+    assert line == f"error: {locked_words(db)}"
+    assert f"lsof {db}" in line and str(os.getpid()) not in line and "python" not in line
 
 
 def test_report_is_dispatched_to_the_analysis_cli(runner_folder: Path, tmp_path: Path,

@@ -33,6 +33,15 @@ def test_continuous_steps_give_slots_kv_percent_and_token_mix() -> None:
     assert values(frames["tokens"], "decode tokens") == [0, 1, 2, 2]
 
 
+def test_a_paged_pool_adds_blocks_in_use_and_the_preemptions_so_far() -> None:
+    steps = continuous_steps().assign(kv_blocks=[1, 2, 3, 0], preemptions=[0, 1, 0, 2])
+    frames, _ = timeline.timeline_frames(steps, kv_capacity_tokens=80, kv_block_size=16)
+    assert values(frames["kv"], "KV blocks in use (% of pool)") == [20.0, 40.0, 60.0, 0.0]  # blocks × 16 / 80
+    assert values(frames["preemptions"], "requests preempted so far") == [0, 1, 1, 3]
+    quiet, _ = timeline.timeline_frames(steps.assign(preemptions=0), kv_capacity_tokens=80, kv_block_size=16)
+    assert "preemptions" not in quiet
+
+
 def test_static_steps_have_no_token_mix_and_kv_in_tokens_without_a_capacity() -> None:
     steps = continuous_steps().assign(prefill_tokens=np.nan, decode_tokens=np.nan)
     frames, _ = timeline.timeline_frames(steps, kv_capacity_tokens=None)
@@ -64,10 +73,10 @@ def test_point_choices_follow_the_axis_and_skip_failed_points() -> None:
                           "kv_capacity_tokens": [256, 256, 256], "max_num_seqs": [4, 4, 4]})
     assert list(run_view.timeline_points(table, AXES["arrival_rate"]).items()) == [
         (1, "arrival rate 0.5 req/s"), (0, "arrival rate 8 req/s")]  # in order along the axis
-    assert run_view.timeline_limits(table, 0) == (256.0, 4.0)
+    assert run_view.timeline_limits(table, 0) == (256.0, 4.0, None)
     static = pd.DataFrame({"point_index": [0], "batch_size": [2], "status": ["ok"]})
     assert run_view.timeline_points(static, BATCH) == {0: "batch 2"}
-    assert run_view.timeline_limits(static, 0) == (None, None)
+    assert run_view.timeline_limits(static, 0) == (None, None, None)
 
 
 def test_replicas_are_listed_only_when_several_engines_stepped() -> None:

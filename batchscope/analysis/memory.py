@@ -13,7 +13,7 @@ from runners.spec import SweepSpec
 GiB = 1024**3
 TIGHT_FRACTION = 0.9  # above this share of capacity, activations and the CUDA context may still OOM
 
-# The stacking order of the memory chart, bottom to top (DESIGN §2, "Memory split").
+# The stacking order of the memory chart, bottom to top (docs/design.md §2, "Memory split").
 SPLIT_PARTS = ("weights", "kv_used", "kv_unused", "activations", "allocator_reserve", "other")
 
 

@@ -25,7 +25,7 @@ GiB = 1024**3
 # Key columns first: which run, how it ended, what it reached; then what it ran on; the long fingerprint last.
 RUNS_TABLE_COLUMNS = {
     "name": "name", "state": "status", "points_ok": "points ok", "points": "points",
-    "best_output_tokens_per_s": "best output tok/s", "run_id": "run id", "model": "model", "dtype": "dtype",
+    "best_output_tokens_per_s": "best output tok/s", "run_id": "run id", "owner": "owner", "model": "model", "dtype": "dtype",
     "engine": "engine", "gpu": "GPU / device", "host": "host", "created_at": "created (UTC)",
     "fingerprint": "fingerprint",
 }
@@ -82,7 +82,7 @@ class ImportResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def import_folder(store: Store, path_text: str) -> ImportResult:
+def import_folder(store: Store, path_text: str, owner: str | None = None) -> ImportResult:
     """Ingest a run folder made elsewhere; a path that is not a run folder is refused with a reason."""
     text = path_text.strip()
     if not text:
@@ -92,7 +92,7 @@ def import_folder(store: Store, path_text: str) -> ImportResult:
         return ImportResult(error=f"{text!r} is not a folder on this machine")
     if not RunFolder(path).looks_like_run():
         return ImportResult(error=f"{text!r} holds no spec.json or status.json: not a run folder")
-    report = ingest_run(store, path)
+    report = ingest_run(store, path, owner=owner)
     settle_if_runner_gone(store, report.run_id)
     return ImportResult(run_id=report.run_id, points_added=report.points_added, warnings=list(report.warnings))
 

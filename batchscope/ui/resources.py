@@ -12,6 +12,8 @@ from batchscope.analysis import SLO
 from batchscope.backends.ray_cluster import ClusterError, GpuType
 from batchscope.jobs import JobManager
 from batchscope.store import Store
+from batchscope.store_file import StoreUnavailableError
+from batchscope.ui.plain_text import plain
 from batchscope.ui.run_cache import RunCache
 from batchscope.ui.run_view import RunData
 
@@ -21,9 +23,10 @@ log = logging.getLogger("batchscope.app")
 @st.cache_resource(show_spinner=False)
 def jobs() -> JobManager:
     """The process-wide job queue (created, left-over runs recovered and, on a fresh history, the
-    shipped demo runs imported, on first use)."""
+    shipped demo runs imported, on first use; a read-only history is only read)."""
     manager = JobManager.instance()
-    import_demo_runs(manager.store)
+    if not manager.store.read_only:
+        import_demo_runs(manager.store)
     return manager
 
 
@@ -72,7 +75,11 @@ def load_run(run_id: str, slo: SLO | None) -> RunData | None:
 
 
 def show_unexpected(error: Exception, doing: str) -> None:
-    """A failure nobody planned for: logged with its traceback for the operator, one line for the user."""
+    """A failure nobody planned for: logged with its traceback for the operator, one line for the user. A
+    history that cannot be used (another BatchScope holds it) is no surprise: its own words, nothing else."""
+    if isinstance(error, StoreUnavailableError):
+        st.error(plain(error))
+        return
     log.exception("unexpected error while %s", doing)
     st.error(f"Something went wrong while {doing}: {type(error).__name__}: {error}. "
              "The details are in the server log.")

@@ -76,7 +76,8 @@ TABLE_COLUMNS = {
     "requests_per_s": "requests/s", "input_tokens_per_s": "input tok/s",
     "mem_peak_allocated": "peak alloc GiB", "mem_kv_allocated": "KV alloc GiB", "rss_bytes_max": "peak RSS GiB",
     "kv_occupancy_mean": "KV occupancy mean %", "kv_occupancy_max": "KV occupancy max %",
-    "admission_waits": "admission waits (cache full)",
+    "admission_waits": "admission waits (KV pool full)", "preemptions": "preemptions (recomputed)",
+    "kv_blocks_peak": "KV blocks peak", "kv_blocks_total": "KV blocks in pool",
     "prefill_padding_waste": "prefill padding %", "decode_padding_waste": "decode padding %",
     "gpu_util_pct": "GPU util %", "mem_ctrl_util_pct": "mem-ctrl util %", "sm_util_pct": "SM util %",
     "tensor_active_pct": "tensor active %", "cpu_pct": "CPU % (100 = one core)",
@@ -261,15 +262,16 @@ def step_replicas(steps: pd.DataFrame) -> list[int]:
     return sorted(int(r) for r in steps["replica"].dropna().unique())
 
 
-def timeline_limits(table: pd.DataFrame, point_index: int) -> tuple[float | None, float | None]:
-    """(KV cache capacity in tokens, max_num_seqs) of one point, None where the run did not record it."""
+def timeline_limits(table: pd.DataFrame, point_index: int) -> tuple[float | None, float | None, float | None]:
+    """(KV cache capacity in tokens, max_num_seqs, KV block size) of one point, None where the run did not
+    record it."""
     row = table[table["point_index"] == point_index].iloc[0]
 
     def known(column: str) -> float | None:
         value = row.get(column)
         return None if value is None or pd.isna(value) else float(value)
 
-    return known("kv_capacity_tokens"), known("max_num_seqs")
+    return known("kv_capacity_tokens"), known("max_num_seqs"), known("kv_block_size")
 
 
 def csv_bytes(table: pd.DataFrame) -> bytes:

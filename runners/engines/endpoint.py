@@ -1,6 +1,10 @@
 """The endpoint engine's client: a workload sent to an OpenAI-compatible server, each request streamed and
-its chunks timed on arrival (DESIGN §3). Arrivals follow runners.scheduler.Arrivals, the in-process
+its chunks timed on arrival (docs/design.md §3). Arrivals follow runners.scheduler.Arrivals, the in-process
 engine's own: the same seeded Poisson gaps, or clients that send their next request when the last ends.
+
+Requests are made as the server's Capabilities allow (runners.engines.negotiate finds them in setup): the
+completions or chat API, token ids or text, the output length forced by `ignore_eos`, `min_tokens` or not
+at all, usage asked for in the stream or not, the stream ending at [DONE] or when the connection closes.
 
 Every request ends as an Outcome: tokens and their times, or the kind of failure (connection refused,
 HTTP status, timeout, truncated stream, an error inside the stream). Failures are results, never raised:
@@ -11,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
@@ -22,10 +26,57 @@ from runners.scheduler import Arrivals, Request
 
 CHECK_S = 0.1  # the dispatcher looks for a cancel at least this often
 DETAIL_CHARS = 200
+API_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
+LENGTH_TEXT = {"ignore_eos": "forced by ignore_eos", "min_tokens": "forced by min_tokens", "none": "not forced"}
 
 
 class Unreachable(RuntimeError):
     """The server did not answer a question the sweep asks outside the measured requests."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """How requests are made to one server, as negotiated in setup (env.json's `endpoint`, the fingerprint)."""
+
+    api: str  # completions | chat
+    prompt: str  # ids | text (chat: always text)
+    length: str  # ignore_eos | min_tokens | none: how each request's output is held to its drawn length
+    stream_options: bool  # stream_options.include_usage is sent (the server did not refuse it)
+    usage: str  # server (usage came in the stream) | chunks (tokens counted from the chunks)
+    end: str  # [DONE] | end of stream (the server closes the stream after its last chunk, no [DONE])
+    prompt_tokens_added: int | None = None  # the server's prompt count minus the words or ids sent, in the
+    # probe (a chat template's tokens, a BOS); None when the server gave no usage
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for the fingerprint and the log."""
+        added = ("" if self.prompt_tokens_added is None else
+                 f", the server counts {self.prompt_tokens_added:+d} prompt tokens over those sent")
+        usage = "from the stream" if self.usage == "server" else "counted from chunks"
+        return (f"{self.api} API, prompts as {'token ids' if self.prompt == 'ids' else 'text'}, output lengths "
+                f"{LENGTH_TEXT[self.length]}, usage {usage}, streams end at {self.end}{added}")
+
+
+def request_body(caps: Capabilities, model: str, prompt: list[int] | str, max_tokens: int, stream: bool,
+                 user: str | None = None) -> dict[str, Any]:
+    """A greedy request as `caps` allow: the prompt, or one user message of its words; the length forced
+    where the server takes a way to; usage asked for where it takes stream_options."""
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": stream}
+    if caps.api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if caps.length == "ignore_eos":
+        body["ignore_eos"] = True
+    elif caps.length == "min_tokens":
+        body["min_tokens"] = max_tokens
+    if stream and caps.stream_options:
+        body["stream_options"] = {"include_usage": True}
+    if user is not None:
+        body["user"] = user
+    return body
 
 
 @dataclass
@@ -62,6 +113,7 @@ class EndpointClient:
         self.url, self.model = url.rstrip("/"), model
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self.caps: Capabilities | None = None  # set once negotiated; every measured request follows it
 
     def models(self, timeout_s: float = 10.0) -> list[str]:
         """The model ids the server lists (at least one), or Unreachable."""
@@ -89,17 +141,25 @@ class EndpointClient:
         except Unreachable:
             return False
 
-    def accepts(self, prompt: list[int] | str) -> str | None:
-        """Whether the server completes `prompt` (one token, not streamed): None, or why not."""
-        async def post() -> str | None:
+    def probe(self, caps: Capabilities, prompt: list[int] | str,
+              max_tokens: int = 2) -> tuple[str | None, CompletionStream]:
+        """One small streamed request made as `caps` say: (None, its parsed stream) when the server took it,
+        else (why not, an empty stream)."""
+        async def post() -> tuple[str | None, CompletionStream]:
+            parsed = CompletionStream(chat=caps.api == "chat")
             async with aiohttp.ClientSession(headers=self.headers, timeout=self.timeout) as s:
-                async with s.post(f"{self.url}/completions", json=self._body(prompt, 1, stream=False)) as response:
-                    return None if response.status < 400 else f"HTTP {response.status}: {await _message(response)}"
+                body = request_body(caps, self.model, prompt, max_tokens, True)
+                async with s.post(self.url + API_PATHS[caps.api], json=body) as response:
+                    if response.status >= 400:
+                        return f"HTTP {response.status}: {await _message(response)}", parsed
+                    async for raw in response.content.iter_any():
+                        parsed.feed(raw, 0.0)
+                    return None, parsed
 
         try:
             return asyncio.run(post())
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as err:
-            raise Unreachable(f"cannot reach {self.url}/completions: {type(err).__name__}: {err}") from None
+            raise Unreachable(f"cannot reach {self.url}{API_PATHS[caps.api]}: {type(err).__name__}: {err}") from None
 
     def run(self, prompts: list[Any], output_lens: list[int], arrivals: dict, tag: str) -> Served:
         """Send every request as `arrivals` (Arrivals' rate= or concurrency=, and seed=) schedule them;
@@ -132,29 +192,21 @@ class EndpointClient:
                     source.finished(by_task.pop(task), outcome.end_s)
         return Served(sorted(outcomes, key=lambda o: o.index), start)
 
-    def _body(self, prompt: list[int] | str, max_tokens: int, stream: bool, user: str | None = None) -> dict[str, Any]:
-        """Greedy, forced to max_tokens (ignore_eos, which vLLM, SGLang and TensorRT-LLM honour), usage asked for."""
-        body: dict[str, Any] = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-                                "ignore_eos": True, "stream": stream}
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        if user is not None:
-            body["user"] = user
-        return body
-
     async def _one(self, session: aiohttp.ClientSession, r: Request, prompt: Any, start: float, user: str) -> Outcome:
+        caps = self.caps
         out = Outcome(r.index, r.arrival_s, time.perf_counter() - start)
-        stream = CompletionStream()
+        stream = CompletionStream(chat=caps.api == "chat")
         streaming = False  # the server answered 2xx: a connection lost from here on cut a stream short
+        body = request_body(caps, self.model, prompt, r.output_len, True, user)
         try:
-            async with session.post(f"{self.url}/completions", json=self._body(prompt, r.output_len, True, user)) as response:
+            async with session.post(self.url + API_PATHS[caps.api], json=body) as response:
                 if response.status >= 400:
                     out.error, out.detail = f"HTTP {response.status}", await _message(response)
                 else:
                     streaming = True
                     async for raw in response.content.iter_any():
                         stream.feed(raw, time.perf_counter() - start)
-                    out.error, out.detail = stream.failure(), stream.error or ""
+                    out.error, out.detail = stream.failure(caps.end == "[DONE]"), stream.error or ""
         except aiohttp.ClientConnectorError as err:
             refused = err.os_error is not None and err.os_error.errno == errno.ECONNREFUSED
             out.error, out.detail = "connection refused" if refused else "cannot connect", str(err)
@@ -171,15 +223,17 @@ class EndpointClient:
 
 
 async def _message(response: aiohttp.ClientResponse) -> str:
-    """An error response's message (OpenAI's {"error": {"message"}} or the body's first line)."""
+    """An error response's message (OpenAI's {"error": {"message"}}, FastAPI's {"detail"}, or the body's
+    first line)."""
     text = await response.text()
     try:
         body = await response.json(content_type=None)
         err = body.get("error") if isinstance(body, dict) else None
         if isinstance(err, dict) and err.get("message"):
             return str(err["message"])[:DETAIL_CHARS]
-        if isinstance(body, dict) and body.get("message"):
-            return str(body["message"])[:DETAIL_CHARS]
+        for key in ("message", "detail"):
+            if isinstance(body, dict) and body.get(key):
+                return str(body[key])[:DETAIL_CHARS]
     except ValueError:
         pass
     return (text.strip().splitlines() or [""])[0][:DETAIL_CHARS]

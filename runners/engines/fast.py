@@ -18,6 +18,7 @@ from runners import cancel
 from runners.engines.base import Batch, Generation
 from runners.engines.fast_model import DecodeState, FastDecoder
 from runners.engines.fast_quant import decoder_weight_bytes, quantize_with_guard
+from runners.engines.paged_cache import PagedState
 from runners.engines.lone_prefill import LonePrefill
 from runners.engines.ragged import Chunk, PackedPrefill, pack
 from runners.models import LoadedModel
@@ -172,7 +173,7 @@ class FastEngine:
             torch.cuda.synchronize(self.device)
 
 
-def warm_decode(decoder: FastDecoder, states: list[DecodeState], device: torch.device) -> None:
+def warm_decode(decoder: FastDecoder, states: list[DecodeState] | list[PagedState], device: torch.device) -> None:
     """Three decode steps per state compile every piece for that width and let the allocator settle;
     on a GPU on a side stream, as graph capture requires of the work before it."""
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -189,11 +190,13 @@ def warm_decode(decoder: FastDecoder, states: list[DecodeState], device: torch.d
         torch.cuda.synchronize(device)
 
 
-def capture(decoder: FastDecoder, state: DecodeState) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+def capture(decoder: FastDecoder, state: DecodeState | PagedState, pool: tuple | None = None
+            ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     """One decode step over `state`'s buffers as a CUDA graph (after warm_decode on the same state),
-    and the logits tensor each replay rewrites."""
+    and the logits tensor each replay rewrites. Graphs that never replay at once may share a memory
+    `pool` (another graph's `pool()`)."""
     state.step.zero_()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         logits = decoder.decode_step(state)
     return graph, logits

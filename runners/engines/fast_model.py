@@ -18,7 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from runners.engines import ragged
+from runners.engines.paged_cache import PagedState, new_paged_state
 from runners.engines.ragged import PackedPrefill
+from runners.paged_attention import paged_decode_attention
 from runners.quant import QuantWeight, linear
 
 
@@ -56,6 +58,14 @@ class DecodeState:
     @property
     def kv_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    @property
+    def max_len(self) -> int:
+        return self.key_idx.numel()
+
+    def index(self, slot: Tensor, pos: Tensor) -> tuple[Tensor, slice, Tensor]:
+        """Where the K/V of (slot, position) pairs live: every KV head of that slot's position."""
+        return slot, slice(None), pos
 
     def prefix(self, rows: int) -> DecodeState:
         """Views of the first `rows` slots: a step over them writes the shared buffers in place."""
@@ -124,6 +134,7 @@ class FastDecoder:
         self.device = self.embed.device
         self.layers = [self._layer_weights(layer) for layer in inner.layers]
         self.layer_fn, self.head_fn = self.decode_layer, self.decode_head
+        self.paged_layer_fn = self.paged_decode_layer
         self.qkv_fn, self.mlp_fn = self.qkv_rope, self.mlp
         self.compiled = False
 
@@ -154,6 +165,7 @@ class FastDecoder:
         """
         fn = lambda f: torch.compile(f, dynamic=True, fullgraph=True)
         self.layer_fn, self.head_fn = fn(self.decode_layer), fn(self.decode_head)
+        self.paged_layer_fn = fn(self.paged_decode_layer)
         self.qkv_fn, self.mlp_fn = fn(self.qkv_rope), fn(self.mlp)
         self.compiled = True
 
@@ -167,6 +179,14 @@ class FastDecoder:
             out=ints(slots, max_output_len), step=ints(1),
             active=torch.ones(slots, dtype=torch.long, device=self.device),
         )
+
+    def new_paged_state(self, slots: int, max_len: int, blocks: int, block_size: int) -> PagedState:
+        """A block pool of `blocks` blocks and tables for `slots` requests of up to `max_len` tokens."""
+        return new_paged_state(self.kv_heads, self.head_dim, len(self.layers), self.dtype, self.device, slots,
+                               max_len, blocks, block_size)
+
+    def kv_bytes_per_token(self) -> int:
+        return 2 * len(self.layers) * self.kv_heads * self.head_dim * self.embed.element_size()
 
     def rope(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         """cos and sin [T, 1, D] of positions [T], broadcast over heads."""
@@ -191,7 +211,7 @@ class FastDecoder:
         return x
 
     @torch.inference_mode()
-    def prefill(self, batch: PackedPrefill, st: DecodeState) -> Tensor:
+    def prefill(self, batch: PackedPrefill, st: DecodeState | PagedState) -> Tensor:
         """Run packed prompt chunks into their cache slots in one forward; logits [emitted, vocab].
 
         Every matmul runs once over all the chunks' tokens; only attention is per chunk (ragged,
@@ -203,11 +223,12 @@ class FastDecoder:
         cos, sin = self.rope(batch.pos)
         slot, pos = batch.slot, batch.pos[:n]
         h = self.embed[batch.ids]
+        written, read = st.index(slot, pos), st.index(batch.key_slot, batch.key_pos)
         for w, kc, vc in zip(self.layers, st.k, st.v):
             q, k, v = self.qkv_fn(h, w.attn_norm, w.wqkv, w.bqkv, cos, sin)
-            kc[slot, :, pos] = k[:n]
-            vc[slot, :, pos] = v[:n]
-            keys, values = kc[batch.key_slot, :, batch.key_pos], vc[batch.key_slot, :, batch.key_pos]
+            kc[written] = k[:n]
+            vc[written] = v[:n]
+            keys, values = kc[read], vc[read]
             o = F.pad(ragged.attention(q[:n], keys, values, batch).reshape(n, -1), (0, 0, 0, h.shape[0] - n))
             h = h + self.reduce(linear(o, w.wo, w.bo))
             h = h + self.reduce(self.mlp_fn(h, w.mlp_norm, w.w13, w.w2))
@@ -244,6 +265,40 @@ class FastDecoder:
         o = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), vc)
         return linear(o.reshape(B, -1), wo, bo)
 
+    def paged_decode_layer(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor | QuantWeight, bqkv: Tensor | None,
+                           wo: Tensor | QuantWeight, bo: Tensor | None, mlp_norm: Tensor,
+                           w13: Tensor | QuantWeight, w2: Tensor | QuantWeight, kc: Tensor, vc: Tensor,
+                           cos: Tensor, sin: Tensor, written: Tensor, table: Tensor, lens: Tensor,
+                           block_size: int) -> Tensor:
+        """decode_layer over a block pool: the new K/V go to each row's pool row `written`, and attention
+        reads each row's first lens[b] tokens through its block table."""
+        B = h.shape[0]
+        q, k, v = self.qkv_rope(h, attn_norm, wqkv, bqkv, cos, sin)
+        kc[written] = k
+        vc[written] = v
+        o = paged_decode_attention(q, kc, vc, table, lens, block_size)
+        h = h + linear(o.reshape(B, -1), wo, bo)
+        return h + self.mlp(h, mlp_norm, w13, w2)
+
+    def _paged_decode_step(self, st: PagedState) -> Tensor:
+        """decode_step over the selected slots `st.sel`: gather their counters, run the layers over the
+        pool, scatter the new ids and positions back (the parking row absorbs the padding's writes)."""
+        sel = st.sel
+        tokens, pos, active = st.tokens[sel], st.pos[sel], st.active[sel]
+        st.history[sel, pos] = tokens
+        h = self.embed[tokens]
+        cos, sin = self.rope(pos)
+        written, table, lens = st.index(sel, pos), st.table[sel], (pos + 1) * active
+        for w, kc, vc in zip(self.layers, st.k, st.v):
+            h = self.paged_layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
+                                    kc, vc, cos, sin, written, table, lens, st.block_size)
+        st.step.zero_()
+        logits, nxt = self.head_fn(h, st.sel_out, st.step)
+        st.out[sel] = st.sel_out
+        st.tokens[sel] = nxt
+        st.pos[sel] = pos + active
+        return logits
+
     def decode_head(self, h: Tensor, st_out: Tensor, step: Tensor) -> tuple[Tensor, Tensor]:
         """Logits and greedy token of the last layer's output, the token written to column `step` of `out`."""
         logits = F.linear(_rms_norm(h, self.norm, self.eps), self.lm_head)
@@ -252,9 +307,11 @@ class FastDecoder:
         return logits, nxt
 
     @torch.inference_mode()
-    def decode_step(self, st: DecodeState) -> Tensor:
+    def decode_step(self, st: DecodeState | PagedState) -> Tensor:
         """Feed `st.tokens`, write the next ones, advance every counter: all on the device. Returns the
         step's logits [slots, vocab] (the head computes them anyway; a captured graph keeps them)."""
+        if isinstance(st, PagedState):
+            return self._paged_decode_step(st)
         h = self.embed[st.tokens]
         cos, sin = self.rope(st.pos)
         mask = torch.zeros(st.pos.shape[0], st.key_idx.shape[0], dtype=self.dtype, device=self.device)

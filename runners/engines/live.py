@@ -96,9 +96,8 @@ class LiveEngine:
         self._thread.join(timeout=30)
 
     def _loop(self) -> None:
-        capacity = self.engine.slots * self.engine.max_len
         try:
-            self.engine.serve(self.source, self.prompts, self.token_budget, capacity, self._step, t0=self.t0)
+            self.engine.serve(self.source, self.prompts, self.token_budget, self._step, t0=self.t0)
         except BaseException as err:  # the server answers every waiting and later request with it
             self.error = err
             self.on_failure(err)

@@ -4,9 +4,10 @@ A packed prefill issues about twenty host operations per layer. For a lone promp
 tokens the GPU finishes each one before the host has issued the next: on an H200 the 1B preset's
 512-token prefill was 17 ms issued for 3 ms of kernels. A lone prompt is exactly the light-load case
 (one request admitted in a step) and a static batch of one, so their TTFT would measure the host.
-A graph per length bucket replays the whole forward in one launch. (The continuous engine does not
-use it: on an H200 a sweep that mixed its replays with eager packed prefills hit a device-side
-index assert, and a version that kept every captured input alive could not be re-measured.)
+A graph per length bucket replays the whole forward in one launch. The continuous engine uses it over
+its block pool for a step whose only prefill is one whole prompt (an earlier slot-cache version that
+mixed its replays with eager packed prefills hit a device-side index assert on an H200; the paged one
+indexes every position through the block table, clamped inside it).
 
 Buckets are four per octave from 64 (64, 80, 96, 112, 128, 160, …), so a prompt is padded by less
 than a quarter. The padding comes after the prompt's last token: causal attention never lets a real
@@ -18,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from runners.engines.fast_model import DecodeState, FastDecoder
+from runners.engines.paged_cache import PagedState
 from runners.engines.ragged import PackedPrefill
 
 SMALLEST = 64
@@ -36,13 +38,13 @@ class LonePrefill:
     """Captured prefills of one prompt of up to `limit` tokens over `state`'s cache. Capturing runs
     each bucket on slot 0: the caller resets the slots' positions and flags afterwards."""
 
-    def __init__(self, decoder: FastDecoder, state: DecodeState, limit: int) -> None:
+    def __init__(self, decoder: FastDecoder, state: DecodeState | PagedState, limit: int) -> None:
         self.sizes = buckets(limit)
         top, device = self.sizes[-1], decoder.device
         self.host = torch.zeros(top + 2, dtype=torch.long).pin_memory()  # ids…, slot, real length
         self.inputs = torch.zeros(top + 2, dtype=torch.long, device=device)
         # a graph reads its inputs where they were at capture: every one of them lives as long as it
-        self.positions = torch.arange(top, device=device).clamp(max=state.key_idx.numel() - 1)
+        self.positions = torch.arange(top, device=device).clamp(max=state.max_len - 1)
         self.bounds = {size: torch.tensor([0, size], dtype=torch.int32, device=device) for size in self.sizes}
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}

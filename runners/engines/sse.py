@@ -1,5 +1,5 @@
-"""A streamed completion as it arrives: server-sent events out of raw bytes, and the OpenAI completion
-chunks inside them, each token-carrying chunk timed when the bytes that completed it were read.
+"""A streamed completion as it arrives: server-sent events out of raw bytes, and the OpenAI completion or
+chat-completion chunks inside them, each token-carrying chunk timed when the bytes that completed it were read.
 
 Pure Python (no HTTP), so the parsing rules are unit-tested on hand-written streams: events end at a
 blank line, `data:` lines of one event join with newlines, comments and other fields are ignored, lines
@@ -43,19 +43,22 @@ class EventParser:
 
 
 class CompletionStream:
-    """One `/v1/completions` stream: when each token-carrying chunk arrived, the usage the server counted,
-    and how the stream ended.
+    """One `/v1/completions` or `/v1/chat/completions` stream: when each token-carrying chunk arrived, the
+    usage the server counted, and how the stream ended.
 
-    A chunk carries a token when its choice has a `text` (even an empty one, which a detokenizer holding
-    back part of a character sends), except an empty closing chunk that only sets `finish_reason` after
-    tokens came. A chunk with no choices (the usage chunk) carries none.
+    A chunk carries a token when its choice has a `text` (chat: a `delta.content`), even an empty one,
+    which a detokenizer holding back part of a character sends; except an empty closing chunk that only
+    sets `finish_reason` after tokens came, and a chat delta that only announces the assistant's `role`.
+    A chunk with no choices (the usage chunk) carries none.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, chat: bool = False) -> None:
+        self.chat = chat
         self.events = EventParser()
         self.chunk_s: list[float] = []
         self.usage: dict[str, Any] | None = None
         self.done = False  # [DONE] arrived
+        self.finished = False  # a choice carried a finish_reason
         self.error: str | None = None  # an error the server sent inside the stream
 
     def feed(self, raw: bytes, t: float) -> None:
@@ -81,9 +84,13 @@ class CompletionStream:
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         choices = chunk.get("choices") or []
-        if choices and isinstance(choices[0], dict) and choices[0].get("text") is not None:
-            closing = choices[0]["text"] == "" and choices[0].get("finish_reason") is not None and self.chunk_s
-            if not closing:
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        self.finished = self.finished or choice.get("finish_reason") is not None
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        piece = delta.get("content") if self.chat else choice.get("text")
+        if piece is not None:
+            closing = piece == "" and choice.get("finish_reason") is not None and self.chunk_s
+            if not (closing or (piece == "" and "role" in delta)):
                 self.chunk_s.append(t)
 
     def count(self, name: str) -> int | None:
@@ -91,11 +98,13 @@ class CompletionStream:
         value = (self.usage or {}).get(name)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    def failure(self) -> str | None:
-        """Why the stream is not a whole completion: an error sent, no [DONE], or no token; else None."""
+    def failure(self, done_marker: bool = True) -> str | None:
+        """Why the stream is not a whole completion: an error sent, no token, or its end missing: [DONE]
+        where the server sends one (`done_marker`), else a finish_reason before the connection closed;
+        None when whole."""
         if self.error is not None:
             return "server error in stream"
-        if not self.done:
+        if not (self.done if done_marker else self.done or self.finished):
             return "truncated stream"
         if not self.chunk_s:
             return "no tokens"

@@ -16,7 +16,8 @@ from runners.schemas import PERCENTILES
 @dataclass
 class ContinuousRepeat(Repeat):
     goodput_rps: float  # requests meeting the SLO ÷ wall time
-    admission_waits: int  # steps in which the queue's head waited only for KV capacity
+    admission_waits: int  # steps in which the queue's head waited only for KV blocks
+    preemptions: int  # requests preempted (and later recomputed) when the pool ran out
 
 
 def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: RunResult, slo_metric: str,
@@ -40,24 +41,27 @@ def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: Ru
         "phase": "mixed" if s.prefill_tokens and s.decode_tokens else "prefill" if s.prefill_tokens else "decode",
         "start_ms": s.start_s * 1e3, "duration_ms": (s.end_s - s.start_s) * 1e3, "active_seqs": s.running,
         "active_tokens": s.kv_tokens, "batch_rows": s.rows, "prefill_tokens": s.prefill_tokens,
-        "decode_tokens": s.decode_tokens,
+        "decode_tokens": s.decode_tokens, "kv_blocks": s.kv_blocks, "preemptions": s.preemptions,
     } for k, s in enumerate(result.steps)]
     wall_ms = result.steps[-1].end_s * 1e3
     row = repeat_row(base, wall_ms, sum(s["duration_ms"] for s in steps if s["prefill_tokens"]),
                      sum(s["duration_ms"] for s in steps if not s["prefill_tokens"]),
                      sum(r.output_len for r in result.requests), sum(r.prompt_len for r in result.requests),
                      len(result.requests))
-    return ContinuousRepeat(requests, steps, row, itl, met / (wall_ms / 1e3), result.admission_waits)
+    return ContinuousRepeat(requests, steps, row, itl, met / (wall_ms / 1e3), result.admission_waits,
+                            result.preemptions)
 
 
 def summarise(point_index: int, batch_size: int, repeats: Sequence[ContinuousRepeat], warmup: int,
-              kv_capacity: int, slo_metric: str, slo_ms: float) -> summary.Summary:
+              pool_blocks: int, block_size: int, slo_metric: str, slo_ms: float) -> summary.Summary:
     """The base summary; prefill_ms is the median time of steps that carried prefill, active rows and KV
-    occupancy are over all steps, and the host's clock times every step (after a device sync)."""
+    occupancy (tokens held over the pool's tokens) are over all steps, and the host's clock times every
+    step (after a device sync)."""
     out = summary.base(point_index, batch_size, repeats, warmup, "perf_counter")
     requests = [r for rep in repeats for r in rep.requests]
     steps = [s for rep in repeats for s in rep.steps]
     rows_run = sum(s["batch_rows"] for s in steps)
+    kv_capacity = pool_blocks * block_size
     occupancy = [s["active_tokens"] / kv_capacity for s in steps]
     out.update(
         prefill_ms=percentile([s["duration_ms"] for s in steps if s["prefill_tokens"]], 50),
@@ -68,5 +72,7 @@ def summarise(point_index: int, batch_size: int, repeats: Sequence[ContinuousRep
         goodput_slo=f"{slo_metric}<={slo_ms:g}ms", kv_capacity_tokens=kv_capacity,
         kv_occupancy_mean=statistics.fmean(occupancy), kv_occupancy_max=max(occupancy),
         admission_waits=sum(rep.admission_waits for rep in repeats),
+        preemptions=sum(rep.preemptions for rep in repeats), kv_block_size=block_size,
+        kv_blocks_total=pool_blocks, kv_blocks_peak=max(s["kv_blocks"] for s in steps),
         **{f"queue_ms_p{p}": percentile([r["queue_ms"] for r in requests], p) for p in PERCENTILES})
     return out

@@ -27,9 +27,11 @@ class EndpointRepeat(Repeat):
 
 
 def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Served, prompt_lens: list[int],
-                    slo_metric: str, slo_ms: float) -> EndpointRepeat:
-    """One repeat as rows. A request's lengths are the server's counts (usage) where it gave them, else the
-    drawn prompt and the chunks received. Raises RuntimeError when no request of the repeat finished."""
+                    output_lens: list[int], slo_metric: str, slo_ms: float) -> EndpointRepeat:
+    """One repeat as rows. A request's prompt and generated lengths are the server's counts (usage) where
+    it gave them, else the drawn prompt and the chunks received; its `output_len` is the drawn length it
+    asked for, so a server that ended a request early (its length not forced) shows as `generated_len`
+    under it, and throughput counts the tokens generated. Raises RuntimeError when no request finished."""
     base = {"point_index": point_index, "repeat": repeat, "batch_size": batch_size}
     rows, itl = [], []
     met = 0
@@ -44,15 +46,16 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
         itl.extend(gaps)
         arrival = o.arrival_s * 1e3
         prompt = o.prompt_tokens if o.prompt_tokens is not None else prompt_lens[o.index]
-        row = request_row(base, o.index, prompt, tokens, None, ms[0] - arrival, ms[-1] - arrival, gaps)
+        row = request_row(base, o.index, prompt, output_lens[o.index], None, ms[0] - arrival, ms[-1] - arrival,
+                          gaps)
         value = row["itl_ms_mean"] if slo_metric == "itl" else row[f"{slo_metric}_ms"]
         met += value is None or value <= slo_ms
         rows.append(row)
     if not rows:
         raise RuntimeError(f"all {len(served.outcomes)} requests failed: {failure_text(failed, len(served.outcomes), first)}")
     wall_ms = served.end_s * 1e3
-    row = repeat_row(base, wall_ms, None, None, sum(r["output_len"] for r in rows), sum(r["prompt_len"] for r in rows),
-                     len(rows))
+    row = repeat_row(base, wall_ms, None, None, sum(r["generated_len"] for r in rows),
+                     sum(r["prompt_len"] for r in rows), len(rows))
     in_flight = sum(o.end_s - o.sent_s for o in served.outcomes) / served.end_s
     return EndpointRepeat(rows, [], row, itl, met / (wall_ms / 1e3), in_flight, len(served.outcomes), failed, first)
 
@@ -71,6 +74,7 @@ def summarise(point_index: int, batch_size: int, repeats: Sequence[EndpointRepea
     failed: Counter = sum((rep.failed for rep in repeats), Counter())
     first = next((rep.first_failure for rep in repeats if rep.first_failure), None)
     out.update(
+        output_len_mean=statistics.fmean(r["generated_len"] for rep in repeats for r in rep.requests),
         outlier_steps=None,  # the server's steps are not seen from outside
         active_seqs_mean=statistics.fmean(rep.in_flight for rep in repeats),
         goodput_rps=statistics.median(rep.goodput_rps for rep in repeats),

@@ -1,4 +1,4 @@
-"""Outlier steps (DESIGN §3, measurement hygiene): a compile, an autotune or an allocation inside a measured
+"""Outlier steps (docs/design.md §3, measurement hygiene): a compile, an autotune or an allocation inside a measured
 step shows as a step far slower than its peers, so a point counts them."""
 from __future__ import annotations
 

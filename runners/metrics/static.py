@@ -1,4 +1,4 @@
-"""Static-batch metrics (DESIGN §2): the rows of one timed batch, its padding waste, and the point's
+"""Static-batch metrics (docs/design.md §2): the rows of one timed batch, its padding waste, and the point's
 summary over its repeats."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Continuous batching (online serving): every point serves the same seeded workload through a slot
-cache of max_num_seqs rows, with its arrival rate or clients (DESIGN §2)."""
+cache of max_num_seqs rows, with its arrival rate or clients (docs/design.md §2)."""
 from __future__ import annotations
 
 import time
@@ -48,7 +48,8 @@ def load_columns(point: ContinuousPoint | EndpointPoint) -> dict[str, Any]:
 
 
 class ContinuousRun:
-    """The workload's requests arrive by rate or clients; the slot cache holds the longest of them."""
+    """The workload's requests arrive by rate or clients; the block pool holds their KV, each slot's table
+    as long as the longest of them."""
 
     def __init__(self, ctx: PointContext, index: int, point: ContinuousPoint) -> None:
         self.ctx, self.index, self.point = ctx, index, point
@@ -60,8 +61,9 @@ class ContinuousRun:
 
     def setup(self) -> float:
         spec = self.ctx.spec
-        seconds = self.served.setup(self.point.max_num_seqs, longest_request(spec), spec.max_num_batched_tokens)
-        self.capacity = spec.kv_cache_tokens or self.served.slots * self.served.max_len
+        seconds = self.served.setup(self.point.max_num_seqs, longest_request(spec), spec.max_num_batched_tokens,
+                                    spec.kv_cache_tokens or None, spec.gpu_memory_utilization)
+        self.capacity = self.served.capacity_tokens
         return seconds
 
     def repeat(self, run: int, draw: int) -> tuple[ContinuousRepeat, Window]:
@@ -69,7 +71,7 @@ class ContinuousRun:
         start = time.perf_counter()
         result = self.served.run(batch.prompt_ids, batch.output_lens,
                                  {**self.arrivals, "seed": workload.arrival_seed(spec, draw)},
-                                 spec.max_num_batched_tokens, self.capacity)
+                                 spec.max_num_batched_tokens)
         # steps mix prefill and decode, so a measured repeat's samples are all tagged decode
         window = Window(run, start, start, start + result.steps[-1].end_s)
         return continuous_repeat(self.index, run, self.point.batch_size, result, spec.slo_metric,
@@ -81,14 +83,16 @@ class ContinuousRun:
 
     def summarise(self, repeats: list[ContinuousRepeat]) -> Summary:
         spec = self.ctx.spec
-        return summarise(self.index, self.point.batch_size, repeats, spec.warmup, self.capacity, spec.slo_metric,
-                         spec.slo_ms)
+        return summarise(self.index, self.point.batch_size, repeats, spec.warmup, self.served.pool_blocks,
+                         self.served.block_size, spec.slo_metric, spec.slo_ms)
 
     def kv_bytes(self, repeats: list[ContinuousRepeat]) -> tuple[int, int]:
-        """The slot cache is KV allocated; the most KV ever held is KV used."""
-        held = max(s["active_tokens"] for rep in repeats for s in rep.steps)
-        return self.served.kv_bytes, held * self.ctx.info.kv_bytes_per_token
+        """The block pool is KV allocated; the most blocks ever held (whole blocks, as the pool hands
+        them out) are KV used."""
+        blocks = max(s["kv_blocks"] for rep in repeats for s in rep.steps)
+        return self.served.kv_bytes, blocks * self.served.block_size * self.ctx.info.kv_bytes_per_token
 
     def done(self, summary: Summary) -> str:
         return (f"{summary['output_tokens_per_s']:.1f} out tok/s, goodput {summary['goodput_rps']:.2f} req/s, "
-                f"{summary['admission_waits']} admission waits")
+                f"{summary['admission_waits']} admission waits, {summary['preemptions']} preemptions, "
+                f"KV blocks peak {summary['kv_blocks_peak']} of {summary['kv_blocks_total']}")

@@ -1,5 +1,5 @@
 """The endpoint mode: every point sends the continuous mode's seeded workload to a running
-OpenAI-compatible server, by arrival rate or clients, and measures what comes back (DESIGN §3).
+OpenAI-compatible server, by arrival rate or clients, and measures what comes back (docs/design.md §3).
 
 No model is loaded here: the spec's model names the shapes the server runs (prompt ids are drawn in its
 vocabulary; its facts feed the roofline). Telemetry samples a local GPU through NVML when the server runs
@@ -9,6 +9,7 @@ point whose server answers nothing is an error, never the end of the sweep.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import statistics
@@ -18,7 +19,8 @@ from urllib.parse import urlsplit
 import torch
 
 from runners import contract, devices, fingerprint, models, workload
-from runners.engines.endpoint import EndpointClient
+from runners.engines.endpoint import Capabilities, EndpointClient
+from runners.engines.negotiate import negotiate
 from runners.engines.server_command import ServerProcess
 from runners.metrics.interval import Interval, by_draws
 from runners.metrics.endpoint import EndpointRepeat, endpoint_repeat, summarise
@@ -35,7 +37,7 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 
 def run_point(ctx: PointContext, index: int, point: EndpointPoint) -> Summary:
-    """Setup (the server's restart and the prompt-format probe), warm-up and measured repeats under the
+    """Setup (the server's restart and the capability probes), warm-up and measured repeats under the
     failure guard (PointContext.run; the context has no engine, so no memory split)."""
     return ctx.run(index, point, EndpointRun(ctx, index, point))
 
@@ -88,12 +90,12 @@ class EndpointRun:
         self.client = EndpointClient(spec.url, spec.model_name, api_key(spec), spec.request_timeout_s)
         self.server = (ServerProcess(server_argv(spec, point), ctx.folder.root / contract.SERVER_LOG)
                        if spec.server_command else None)
-        self.text = False  # prompts go as text: the server refused token ids
         self.columns = load_columns(point)
 
     def setup(self) -> float:
-        """Restart the server (when the spec has a command) and wait for it, find the model, and learn
-        whether it takes token ids; the seconds it took are setup, never inside a latency."""
+        """Restart the server (when the spec has a command) and wait for it, find the model, and negotiate
+        how requests are made (runners.engines.negotiate); the seconds it took are setup, never inside a
+        latency."""
         spec, log = self.ctx.spec, self.ctx.folder.log
         start = time.perf_counter()
         if self.server is not None:
@@ -106,24 +108,31 @@ class EndpointRun:
         if spec.model_name and spec.model_name not in listed:
             raise RuntimeError(f"the server does not serve {spec.model_name!r}; it lists {', '.join(listed)}")
         self.client.model = spec.model_name or listed[0]
-        self.text = self._text_prompts()
+        sample = self.work[min(self.work)].prompt_ids[0][:8]
+        caps = negotiate(self.client, spec.api, spec.prompt_format, sample, workload.text_prompt(sample),
+                         lambda line: log(f"point {self.index}: {line}"))
+        self._record(caps)
+        self.client.caps = caps
         return time.perf_counter() - start
 
-    def _text_prompts(self) -> bool:
-        """Token ids where the server takes them (exact lengths), else text; as the spec's prompt_format says."""
-        spec = self.ctx.spec
-        sample = self.work[min(self.work)].prompt_ids[0][:8]
-        if spec.prompt_format != "text":
-            refused = self.client.accepts(sample)
-            if refused is None:
-                return False
-            if spec.prompt_format == "ids":
-                raise RuntimeError(f"the server refused a prompt of token ids: {refused}")
-            self.ctx.folder.log(f"point {self.index}: the server refused token ids ({refused}); prompts go as text")
-        refused = self.client.accepts(workload.text_prompt(sample))
-        if refused is not None:
-            raise RuntimeError(f"the server refused a text prompt: {refused}")
-        return True
+    def _record(self, caps: Capabilities) -> None:
+        """The first point's capabilities go into env.json (`endpoint`, and the engine line the fingerprint
+        shows); a later point whose server answers differently is an error, so one run's points were all
+        measured the same way."""
+        folder = self.ctx.folder
+        env = json.loads((folder.root / contract.ENV).read_text())
+        if env.get("endpoint") is None:
+            folder.write_json(contract.ENV, {**env, "endpoint": caps.to_dict(),
+                                             "engine": f"{env['engine']}; {caps.describe()}"})
+            folder.log(f"point {self.index}: requests: {caps.describe()}")
+        elif env["endpoint"] != caps.to_dict():
+            raise RuntimeError(f"the server now takes requests otherwise than at the first point: "
+                               f"{caps.describe()}; recorded: {Capabilities(**env['endpoint']).describe()}")
+
+    @property
+    def text(self) -> bool:
+        """Prompts go as text (the chat API, or a server that refused token ids)."""
+        return self.client.caps is not None and self.client.caps.prompt == "text"
 
     def repeat(self, run: int, draw: int) -> tuple[EndpointRepeat, Window]:
         spec, batch = self.ctx.spec, self.work[draw]
@@ -132,8 +141,8 @@ class EndpointRun:
                                  f"{self.ctx.folder.root.name}/p{self.index}/r{run}")
         # the server's phases are not seen from here, so a measured repeat's samples are all tagged decode
         window = Window(run, served.start, served.start, served.start + served.end_s)
-        return endpoint_repeat(self.index, run, self.point.batch_size, served, batch.prompt_lens, spec.slo_metric,
-                               spec.slo_ms), window
+        return endpoint_repeat(self.index, run, self.point.batch_size, served, batch.prompt_lens,
+                               batch.output_lens, spec.slo_metric, spec.slo_ms), window
 
     def interval(self, draws: list[EndpointRepeat]) -> Interval:
         """A draw is the whole request set sent to the server, whose steps are unseen: draws alone."""
@@ -154,6 +163,10 @@ class EndpointRun:
             drawn = statistics.fmean(n for r, b in self.work.items() if r >= 0 for n in b.prompt_lens)
             line += (f"; prompts sent as text: the server counted {summary['prompt_len_mean']:.1f} tokens a prompt "
                      f"for {drawn:.1f} words")
+        if self.client.caps.length == "none":
+            drawn = statistics.fmean(n for r, b in self.work.items() if r >= 0 for n in b.output_lens)
+            line += (f"; output lengths not forced: the server generated {summary['output_len_mean']:.1f} tokens a "
+                     f"request for {drawn:.1f} drawn")
         if summary["error"]:
             line += f"; {summary['error']}"
         return line

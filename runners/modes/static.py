@@ -1,5 +1,5 @@
 """Static batching: one batch size per point, each repeat one padded batch prefilled and decoded
-together (DESIGN §2)."""
+together (docs/design.md §2)."""
 from __future__ import annotations
 
 import functools

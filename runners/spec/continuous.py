@@ -2,12 +2,13 @@
 them the sweep varies. The options themselves are declared, with their meaning, on SweepSpec."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from runners.spec.options import SpecError, number, parse_batch_sizes, record, set_whole_numbers
+from runners.spec.options import SpecError, copy_given, figure, record
 from runners.spec.sweep import SLO_METRICS, SweepSpec, check_context, check_draws
+
+MAX_RATE = 1_000_000.0  # requests/s: past any server, and every arrival gap stays a finite number
 
 
 class LoadAxis:
@@ -47,7 +48,7 @@ class ContinuousPoint(LoadAxis):
 
 
 def parse_arrival(value: Any) -> list[float]:
-    """`poisson:RATE` or `poisson:R1,R2,...` → rates in requests/s, each finite and > 0."""
+    """`poisson:RATE` or `poisson:R1,R2,...` → rates in requests/s, each over 0 and at most MAX_RATE."""
     text = str(value).strip()
     if not text.startswith("poisson:"):
         raise SpecError("arrival", f"arrival must be poisson:RATE or poisson:R1,R2,... (requests/s): {text!r}")
@@ -60,8 +61,8 @@ def parse_arrival(value: Any) -> list[float]:
             rate = float(item)
         except ValueError:
             raise SpecError("arrival", f"not a rate: {item!r}") from None
-        if not math.isfinite(rate) or rate <= 0:
-            raise SpecError("arrival", f"rates must be positive requests/s: {item!r}")
+        if not 0 < rate <= MAX_RATE:  # NaN and infinity too
+            raise SpecError("arrival", f"rates must be positive requests/s, at most {figure(MAX_RATE)}: {item!r}")
         rates.append(rate)
     return sorted(set(rates))
 
@@ -84,8 +85,7 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
     if spec.engine != "fast":
         found.setdefault("engine", "continuous mode runs on the fast engine")
     check_load(spec, values, found)
-    set_whole_numbers(spec, values, (("num_requests", 1), ("max_num_batched_tokens", 1), ("kv_cache_tokens", 0)),
-                      found)
+    copy_given(spec, values, "num_requests", "max_num_batched_tokens", "kv_cache_tokens", "gpu_memory_utilization")
     record(found, "num_requests", lambda: check_draws(spec, spec.num_requests, "num_requests"))
     if spec.max_num_batched_tokens < max(spec.max_num_seqs):
         found.setdefault("max_num_batched_tokens", f"max_num_batched_tokens ({spec.max_num_batched_tokens}) "
@@ -103,17 +103,16 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
 def check_load(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
     """The batch limit and the load (an arrival rate or clients, one of them given), at most one of them a
     list: the sweep's axis. Shared with the endpoint mode, whose server takes the same load."""
-    seqs = record(found, "max_num_seqs", lambda: _sizes(values.get("max_num_seqs", spec.max_num_seqs), "max_num_seqs"))
-    if seqs:
-        spec.max_num_seqs = seqs
+    if values.get("max_num_seqs") in ("", []):
+        found.setdefault("max_num_seqs", "no max_num_seqs given")
+    elif "max_num_seqs" in values:
+        spec.max_num_seqs = values["max_num_seqs"]
     rates = None
-    if values.get("arrival") not in (None, ""):
-        spec.arrival = str(values["arrival"]).strip()
+    if values.get("arrival"):
+        spec.arrival = values["arrival"]
         rates = record(found, "arrival", lambda: parse_arrival(spec.arrival))
-    if values.get("concurrency") not in (None, "", []):
-        clients = record(found, "concurrency", lambda: _sizes(values["concurrency"], "concurrency"))
-        if clients:
-            spec.concurrency = clients
+    if values.get("concurrency"):
+        spec.concurrency = values["concurrency"]
     if spec.arrival and spec.concurrency:
         found.setdefault("concurrency", "give either an arrival rate or a concurrency, not both")
     elif not spec.arrival and not spec.concurrency and "arrival" not in found:
@@ -126,19 +125,6 @@ def check_load(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -
 
 
 def check_slo(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
-    if "slo_metric" in values:
-        spec.slo_metric = str(values["slo_metric"]).strip()
+    copy_given(spec, values, "slo_metric", "slo_ms")
     if spec.slo_metric not in SLO_METRICS:
         found.setdefault("slo_metric", f"slo_metric must be one of {', '.join(SLO_METRICS)}: got {spec.slo_metric!r}")
-    if "slo_ms" in values:
-        try:
-            spec.slo_ms = number(values["slo_ms"], "slo_ms")
-        except SpecError as err:
-            found.setdefault("slo_ms", err.message)
-        if not (math.isfinite(spec.slo_ms) and spec.slo_ms > 0):
-            found.setdefault("slo_ms", f"slo_ms must be a positive number of milliseconds, got {spec.slo_ms}")
-
-
-def _sizes(value: Any, name: str) -> list[int]:
-    """A single number (4, "4") or anything parse_batch_sizes takes."""
-    return parse_batch_sizes([value] if isinstance(value, (int, float)) else value, name)

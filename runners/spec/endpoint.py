@@ -3,7 +3,6 @@ OpenAI-compatible server, which may be restarted before each point from a comman
 The options themselves are declared, with their meaning, on SweepSpec."""
 from __future__ import annotations
 
-import math
 import re
 import shlex
 from dataclasses import dataclass
@@ -11,12 +10,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runners.spec.continuous import LoadAxis, check_load, check_slo, longest_request, parse_arrival
-from runners.spec.options import SpecError, number, record, set_whole_numbers
+from runners.spec.options import SpecError, copy_given, record
 from runners.spec.sweep import SweepSpec, check_context, check_draws
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens")  # the spec fields a server command may template
 PROMPT_FORMATS = ("auto", "ids", "text")
-TEXT_FIELDS = ("url", "model_name", "api_key_env", "server_labels", "server_command", "prompt_format")
+APIS = ("auto", "completions", "chat")
+TEXT_FIELDS = ("url", "model_name", "api_key_env", "server_labels", "server_command", "prompt_format", "api")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -68,9 +68,7 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
     """Parse the endpoint options into `spec`, recording every problem by field in `found`."""
     if spec.engine != "endpoint":
         found.setdefault("engine", "mode endpoint measures a running server: choose engine endpoint")
-    for name in TEXT_FIELDS:
-        if name in values:
-            setattr(spec, name, str(values[name]).strip())
+    copy_given(spec, values, *TEXT_FIELDS, "request_timeout_s", "ready_timeout_s")
     record(found, "url", lambda: check_url(spec.url))
     if spec.api_key_env and not ENV_NAME.fullmatch(spec.api_key_env):
         found.setdefault("api_key_env", f"api_key_env names an environment variable (letters, digits, _), not the "
@@ -78,19 +76,16 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
     if spec.prompt_format not in PROMPT_FORMATS:
         found.setdefault("prompt_format", f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}: "
                                           f"got {spec.prompt_format!r}")
+    if spec.api not in APIS:
+        found.setdefault("api", f"api must be one of {', '.join(APIS)}: got {spec.api!r}")
+    elif spec.api == "chat" and spec.prompt_format == "ids":
+        found.setdefault("prompt_format", "the chat API takes text: prompt_format ids needs api completions")
     record(found, "server_command", lambda: check_command(spec.server_command))
-    for name in ("request_timeout_s", "ready_timeout_s"):
-        if name in values:
-            seconds = record(found, name, lambda n=name: number(values[n], n))
-            if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
-                found.setdefault(name, f"{name} must be a positive number of seconds, got {seconds}")
-            elif seconds is not None:
-                setattr(spec, name, seconds)
     check_load(spec, values, found)
     if len(spec.max_num_seqs) > 1 and "max_num_seqs" not in templated(spec) and "max_num_seqs" not in found:
         found.setdefault("max_num_seqs", "a list of max_num_seqs needs a server command holding {max_num_seqs}: "
                                          "only a restarted server takes a new batch limit")
-    set_whole_numbers(spec, values, (("num_requests", 1), ("max_num_batched_tokens", 1)), found)
+    copy_given(spec, values, "num_requests", "max_num_batched_tokens")
     record(found, "num_requests", lambda: check_draws(spec, spec.num_requests, "num_requests"))
     check_slo(spec, values, found)
     if not {"prompt_len", "output_len", "num_requests"} & set(found):
@@ -106,6 +101,12 @@ def check_url(url: str) -> None:
         raise SpecError("url", f"not a URL ({err}): {url!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SpecError("url", f"url must be http://HOST:PORT/v1 or https://...: {url!r}")
+    try:
+        port = parts.port
+    except ValueError as err:  # past 65535, or not a number
+        raise SpecError("url", f"{err} in {url!r}") from None
+    if port == 0:
+        raise SpecError("url", f"port 0 is no server's port: {url!r}")
     if parts.username or parts.password:
         raise SpecError("url", "put no credentials in the url: name the variable holding the key in api_key_env")
     if parts.query or parts.fragment:

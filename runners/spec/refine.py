@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from runners.spec.options import SpecError, number, record, set_whole_numbers
-from runners.spec.sweep import SLO_METRICS, SweepSpec
+from runners.spec.options import SpecError, copy_given, figure, record
+from runners.spec.sweep import MAX_LATENCY_MS, SLO_METRICS, SweepSpec
 
 PLATEAU_GAIN = 0.10  # the app's default plateau threshold (batchscope.analysis.knee.plateau)
 PERCENTILES = (50, 95, 99)
@@ -59,8 +59,9 @@ def parse_target(text: str) -> Target:
         limit = float(ms)
     except ValueError:
         raise SpecError("refine_slo", f"the limit must be milliseconds: {ms!r}") from None
-    if not (math.isfinite(limit) and limit > 0):
-        raise SpecError("refine_slo", f"the limit must be a positive number of milliseconds: {ms!r}")
+    if not 0 < limit <= MAX_LATENCY_MS:  # NaN and infinity too
+        raise SpecError("refine_slo", f"the limit must be a positive number of milliseconds, at most "
+                                      f"{figure(MAX_LATENCY_MS)}: {ms!r}")
     return Target(metric, int(percentile), limit)
 
 
@@ -165,14 +166,6 @@ def is_whole(point: Any) -> bool:
 
 def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
     """Parse the refinement options into `spec`, recording every problem by field in `found`."""
-    set_whole_numbers(spec, values, (("refine_points", 0),), found)
-    if values.get("refine_slo") not in (None, ""):
-        spec.refine_slo = str(values["refine_slo"]).strip()
+    copy_given(spec, values, "refine_points", "refine_slo", "refine_tolerance")
+    if spec.refine_slo:
         record(found, "refine_slo", lambda: parse_target(spec.refine_slo))
-    if "refine_tolerance" in values:
-        tolerance = record(found, "refine_tolerance", lambda: number(values["refine_tolerance"], "refine_tolerance"))
-        if tolerance is not None and not (math.isfinite(tolerance) and 0 < tolerance <= 1):
-            found.setdefault("refine_tolerance", f"refine_tolerance is a share between 0 and 1, such as 0.05: "
-                                                 f"got {values['refine_tolerance']!r}")
-        elif tolerance is not None:
-            spec.refine_tolerance = tolerance

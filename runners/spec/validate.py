@@ -1,7 +1,6 @@
 """A raw spec (CLI flags, spec.json, the New sweep form) → a SweepSpec, or every problem by field."""
 from __future__ import annotations
 
-import math
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -11,8 +10,8 @@ from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES, QUANT_ENGINES
 from runners.spec import parallel, refine
 from runners.spec.modes import MODE_SPECS, MODES
-from runners.spec.options import SpecError, number, parse_batch_sizes, record, set_whole_numbers
-from runners.spec.sweep import DTYPES, ENGINES, MIN_TELEMETRY_HZ, ON_OOM, SweepSpec, model_context
+from runners.spec.options import SpecError, check_options, copy_given, cut, parse_batch_sizes, record
+from runners.spec.sweep import DTYPES, ENGINES, ON_OOM, SweepSpec, model_context
 
 
 def problems(raw: dict[str, Any], model_roots: list[Path] | None = None) -> dict[str, str]:
@@ -22,7 +21,7 @@ def problems(raw: dict[str, Any], model_roots: list[Path] | None = None) -> dict
         _build(raw, model_roots, found)
     except SpecError as err:
         found.setdefault(err.field, err.message)
-    return found
+    return {name: cut(message) for name, message in found.items()}
 
 
 def validate(raw: dict[str, Any], model_roots: list[Path] | None = None) -> SweepSpec:
@@ -31,7 +30,7 @@ def validate(raw: dict[str, Any], model_roots: list[Path] | None = None) -> Swee
     spec = _build(raw, model_roots, found)
     if found:
         name, message = next(iter(found.items()))
-        raise SpecError(name, message)
+        raise SpecError(name, message)  # SpecError cuts it as problems() does
     return spec
 
 
@@ -43,12 +42,13 @@ def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> S
     if unknown:
         found["spec"] = f"unknown option(s): {', '.join(unknown)}"
     values = {k: v for k, v in raw.items() if k in known and v is not None}
-    model = str(values.get("model") or "").strip()
+    check_options(fields(SweepSpec), values, found)  # types and bounds of every option, before any other check
+    model = values.get("model", "")
     context = record(found, "model", lambda: _check_model(model, model_roots))
     spec = SweepSpec(model=model)
-    for name in ("dtype", "engine", "mode", "on_oom", "device", "name", "prompt_len", "output_len"):
-        if name in values:
-            setattr(spec, name, str(values[name]).strip())
+    copy_given(spec, values, "dtype", "engine", "mode", "on_oom", "device", "name", "prompt_len", "output_len",
+               "repeats", "warmup", "seed", "max_batch_size", "tensor_parallel", "replicas", "telemetry_hz",
+               "calibrate", "target_interval", "replays", "max_draws", "point_budget_s")
     _check_choice(spec.dtype, DTYPES, "dtype", found)
     _check_choice(spec.engine, ENGINES, "engine", found)
     if spec.dtype in QUANT_DTYPES and spec.engine in ENGINES and spec.engine not in QUANT_ENGINES:
@@ -63,22 +63,6 @@ def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> S
     _check_choice(spec.on_oom, ON_OOM, "on_oom", found)
     if spec.device != "auto" and spec.device != "cpu" and not (spec.device == "cuda" or spec.device.startswith("cuda:")):
         found.setdefault("device", f"device must be auto, cpu, cuda or cuda:N: {spec.device!r}")
-    set_whole_numbers(spec, values, (("repeats", 1), ("warmup", 0), ("seed", 0), ("max_batch_size", 1),
-                                     ("tensor_parallel", 1), ("replicas", 1), ("replays", 0),
-                                     ("max_draws", 1)), found)
-    _set_share(spec, values, found)
-    if "telemetry_hz" in values:
-        hz = record(found, "telemetry_hz", lambda: number(values["telemetry_hz"], "telemetry_hz"))
-        if hz is not None and (math.isnan(hz) or not MIN_TELEMETRY_HZ <= hz <= 1000):
-            found.setdefault("telemetry_hz", f"telemetry_hz must be between {MIN_TELEMETRY_HZ:g} and 1000 "
-                                             f"(DESIGN: utilisation is sampled at ≥ 20 Hz), got {hz}")
-        elif hz is not None:
-            spec.telemetry_hz = hz
-    if "calibrate" in values:
-        if isinstance(values["calibrate"], bool):
-            spec.calibrate = values["calibrate"]
-        else:
-            found.setdefault("calibrate", f"calibrate must be true or false, got {values['calibrate']!r}")
     sizes = record(found, "batch_sizes", lambda: parse_batch_sizes(values.get("batch_sizes", spec.batch_sizes)))
     if sizes:
         spec.batch_sizes = sizes
@@ -120,14 +104,3 @@ def _check_model(model: str, model_roots: list[Path] | None) -> int:
         raise SpecError("model", f"{model!r} has no config.json")
     return model_context(str(path))
 
-
-def _set_share(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:
-    """The measuring budget's numbers (SweepSpec MEASURE): a target share in [0, 1), seconds over 0."""
-    for name, ok, words in (("target_interval", lambda v: 0 <= v < 1, "between 0 and 1 (0.05 is ±5 percent)"),
-                            ("point_budget_s", lambda v: v > 0, "a positive number of seconds")):
-        if name in values:
-            value = record(found, name, lambda: number(values[name], name))
-            if value is not None and (math.isnan(value) or not ok(value)):
-                found.setdefault(name, f"{name} must be {words}, got {value}")
-            elif value is not None:
-                setattr(spec, name, value)
