@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _main_module_kept() -> Iterator[None]:
+    """Streamlit's AppTest leaves the app script it ran as `sys.modules["__main__"]`; a later test that
+    spawns processes (torch.multiprocessing) would then make every child run app.py on start. Each test
+    gets the interpreter's own __main__ back."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
