@@ -15,6 +15,6 @@ actors_col, actions_col = st.columns(2)
 actors = actors_col.multiselect("Who", sorted(trail["actor"].unique()), key="audit_actors", placeholder="anyone")
 kinds = actions_col.multiselect("Action", sorted(trail["action"].unique()), key="audit_actions", placeholder="any")
 shown = trail[trail["actor"].isin(actors or trail["actor"]) & trail["action"].isin(kinds or trail["action"])]
-st.dataframe(shown, hide_index=True, width="stretch",
+st.dataframe(shown.fillna({"run_id": "", "detail": ""}), hide_index=True, width="stretch",  # empty, never "None"
              column_config={"occurred_at": st.column_config.DatetimeColumn("when (UTC)", format="YYYY-MM-DD HH:mm:ss"),
                             "actor": "who", "run_id": "run"})
