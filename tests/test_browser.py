@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import IO
 from pathlib import Path
 
 import pytest
@@ -46,33 +47,40 @@ def server(tmp_path: Path) -> Iterator[str]:
     """`streamlit run app.py` on a free localhost port with its own history DB and runs folder."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed")
-    port = free_port()
-    env = {**os.environ, "BATCHSCOPE_DB": str(tmp_path / "history.duckdb"),
-           "BATCHSCOPE_RUNS": str(tmp_path / "runs")}
-    log = (tmp_path / "streamlit.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.address", "localhost", "--server.headless", "true", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://localhost:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
-                if answer.status == 200:
-                    break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                pytest.fail(f"streamlit did not start: {(tmp_path / 'streamlit.log').read_text()[-2000:]}")
-            time.sleep(0.3)
+    env = {"BATCHSCOPE_DB": str(tmp_path / "history.duckdb"), "BATCHSCOPE_RUNS": str(tmp_path / "runs")}
+    url, process, log = serve_app(tmp_path, env)
     SERVER_ROOTS[url] = tmp_path
     yield url
     SERVER_ROOTS.pop(url, None)
     process.terminate()
     process.wait(timeout=20)
     log.close()
+
+
+def serve_app(tmp_path: Path, env: dict[str, str], *options: str, port: int | None = None
+              ) -> tuple[str, subprocess.Popen, IO[str]]:
+    """`streamlit run app.py` on `port` (a free one by default) with `env` added, logging to
+    tmp_path/streamlit.log; returns once its health check answers (the test fails with the log's end if it
+    never does)."""
+    port = port or free_port()
+    log = (tmp_path / "streamlit.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.address", "localhost", "--server.headless", "true", "--server.fileWatcherType", "none",
+         "--browser.gatherUsageStats", "false", *options],
+        cwd=REPO, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return url, process, log
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                pytest.fail(f"streamlit did not start: {(tmp_path / 'streamlit.log').read_text()[-2000:]}")
+            time.sleep(0.3)
 
 
 @pytest.fixture

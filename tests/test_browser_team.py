@@ -8,12 +8,8 @@ each action with its user; a viewer cannot launch. The server-side refusals are 
 """
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.runner_helpers import REPO
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, choose, free_port, settle, shoot, type_into
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, choose, free_port, serve_app, settle, shoot, type_into
 
 playwright = pytest.importorskip("playwright.sync_api")
 oidc = pytest.importorskip("oidc_provider_mock")
@@ -78,25 +73,9 @@ server_metadata_url = "{provider}/.well-known/openid-configuration"
 ''')
     (tmp_path / "team.toml").write_text(TEAM_TOML)
     db = tmp_path / "history.duckdb"
-    env = {**os.environ, "BATCHSCOPE_DB": str(db), "BATCHSCOPE_RUNS": str(tmp_path / "runs"),
+    env = {"BATCHSCOPE_DB": str(db), "BATCHSCOPE_RUNS": str(tmp_path / "runs"),
            "BATCHSCOPE_TEAM": str(tmp_path / "team.toml")}
-    log = (tmp_path / "streamlit.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.address", "localhost", "--server.headless", "true", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false", "--secrets.files", str(secrets_file)],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
-                if answer.status == 200:
-                    break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                pytest.fail(f"streamlit did not start: {(tmp_path / 'streamlit.log').read_text()[-2000:]}")
-            time.sleep(0.3)
+    url, process, log = serve_app(tmp_path, env, "--secrets.files", str(secrets_file), port=port)
     served = Served(url, db, process)
     yield served
     served.stop()

@@ -28,6 +28,7 @@ from batchscope.store import Store
 from runners.spec import validate
 from runners.workload import TEXT_WORDS
 from tests.runner_helpers import REPO, read_status, runner_cmd
+from tests.test_endpoint import stop
 from tests.test_pages import home, no_traceback, open_page, texts  # noqa: F401 (home is a fixture)
 
 pytestmark = [pytest.mark.skipif(not is_serve_available(), reason="transformers[serving] (fastapi, uvicorn, openai) "
@@ -91,12 +92,7 @@ def transformers_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
                 time.sleep(0.3)
         yield url, model
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
 
 

@@ -133,7 +133,6 @@ class ContinuousEngine:
         self.table = torch.zeros(0, 0, dtype=torch.int32)  # the host's copy of the block tables
         self.table_rows: dict[int, tuple[int, int]] = {}  # slot → (request index, blocks) the device has
         self.folded: dict[int, list[int]] = {}  # request index → the tokens its recompute prefills
-        self.sizing: dict[str, float] = {}
         self.lone: LonePrefill | None = None  # on a GPU: a step whose only prefill is one whole prompt
 
     def setup(self, max_num_seqs: int, max_seq_len: int, token_budget: int | None = None,
@@ -180,7 +179,7 @@ class ContinuousEngine:
         """Blocks that fit in `utilization` of the device after what is allocated now (the weights) and
         the peak that the largest packed prefill and the widest decode step add, measured over a
         two-block pool (every write of the probe lands in its parking block)."""
-        free, total = torch.cuda.mem_get_info(self.device)
+        total = torch.cuda.mem_get_info(self.device)[1]
         self._allocate(slots, max_len, 2, block_size)
         self._sync()
         base = torch.cuda.memory_allocated(self.device)
@@ -194,8 +193,6 @@ class ContinuousEngine:
         in_use = total - torch.cuda.mem_get_info(self.device)[0]
         room = utilization * total - in_use - activations
         per_block = self.decoder.kv_bytes_per_token() * block_size
-        self.sizing = {"memory_utilization": utilization, "device_bytes": total, "in_use_bytes": in_use,
-                       "activation_bytes": activations, "free_before_bytes": free}
         if room < 2 * per_block:
             raise RuntimeError(f"no room for a KV pool: {utilization:.0%} of {total / 2**30:.1f} GiB leaves "
                                f"{room / 2**30:.2f} GiB after {in_use / 2**30:.1f} GiB in use and "
@@ -365,7 +362,7 @@ class ContinuousEngine:
         if not prefills:
             return None
         ids = lambda r: prompts[r.index] + self.folded[r.index] if r.folded else prompts[r.index]
-        (first, pos, n), = prefills[:1]
+        first, pos, n = prefills[0]
         if len(prefills) == 1 and pos == 0 and n == first.prefill_len and self.lone and n <= self.lone.sizes[-1]:
             return [first.index], self.lone.run(first.slot, ids(first))
         chunks = [Chunk(r.slot, pos, ids(r)[pos:pos + n], emit=n - 1 if pos + n == r.prefill_len else None)
