@@ -13,6 +13,7 @@ import pytest
 APP_ONLY = ("duckdb", "streamlit", "kneed")  # what a runner-only host lacks (README: headless sweeps)
 APP_PACKAGES = ("batchscope", "app_pages", "app")  # ours, importable there but needing the above
 TESTS = Path(__file__).parent
+pytest_plugins = ["tests.recompile_guard"]
 
 
 def _missing(name: str) -> bool:
