@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
@@ -35,6 +34,7 @@ from runners.engines.fast_model import FastDecoder
 from runners.engines.lone_prefill import LonePrefill
 from runners.engines.paged_cache import PagedState
 from runners.engines.ragged import Chunk, pack
+from runners.engines.sources import Scheduled, Source
 from runners.kv_layout import KV_BLOCK_SIZE, cache_len
 from runners.scheduler import Arrivals, BlockPool, Plan, Request, Scheduler
 
@@ -82,35 +82,6 @@ class RunResult:
 
 
 OnStep = Callable[[dict[int, int], list[Request], float], None]  # (ids by request index, finished, now)
-
-
-class Source(Protocol):
-    """Where served requests come from: a seeded workload (Scheduled) or a live server's clients."""
-
-    def arrived(self, now: float) -> list[Request]:
-        """Requests arrived by `now` (seconds from the loop's start), stamped with their arrival."""
-        ...
-
-    def finished(self, r: Request, now: float) -> None: ...
-
-    def wait(self, t0: float) -> bool:
-        """Idle (nothing to run) until a request may have arrived; False when none ever will."""
-        ...
-
-
-class Scheduled:
-    """A workload's Arrivals as a source: the loop sleeps until the next one is due."""
-
-    def __init__(self, arrivals: Arrivals) -> None:
-        self.arrivals = arrivals
-        self.arrived, self.finished = arrivals.arrived, arrivals.finished
-
-    def wait(self, t0: float) -> bool:
-        wake = self.arrivals.next_time()
-        if wake is None:
-            return False
-        _sleep_until(t0 + wake)
-        return True
 
 
 @dataclass
@@ -401,10 +372,3 @@ class ContinuousEngine:
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-
-
-def _sleep_until(deadline: float) -> None:
-    """Idle until the next arrival, in short naps so a cancel is seen within a tenth of a second."""
-    while (left := deadline - time.perf_counter()) > 0:
-        cancel.check()
-        time.sleep(min(left, 0.1))
