@@ -26,6 +26,7 @@ from batchscope.analysis.verdicts import for_json
 from batchscope.endpoint_text import endpoint_lines
 from batchscope.store import Store
 from batchscope.store_file import StoreUnavailableError
+from batchscope.units import GiB
 from runners.spec.refine import PLATEAU_GAIN
 
 EXIT_USAGE = 2
@@ -214,7 +215,7 @@ def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) 
                  _spread(p), _cell(p.get("decode_step_ms")),
                  _cell(p.get("predicted_step_ms")), _cell(p.get("roofline_pct")), _text(p.get("bound"))]
         cells += [_cell(p.get(column)) for column, _ in latency]
-        cells += [_cell(p.get("mem_peak_allocated"), scale=1024**3), _cell(p.get("energy_per_output_token_j"))]
+        cells += [_cell(p.get("mem_peak_allocated"), scale=GiB), _cell(p.get("energy_per_output_token_j"))]
         cells += [_cell(p.get("cost_per_mtok"))] if costed else []
         rows.append("| " + " | ".join(cells) + " |")
     return rows

@@ -10,9 +10,9 @@ import pytest
 
 from batchscope import charts
 from batchscope.analysis import SLO, analyse, memory_split, model_facts
+from batchscope.units import GiB
 from runners.schemas import SUMMARY
 
-GiB = 1024**3
 CALIBRATION = {"device": "test GPU", "dtype": "bfloat16", "copy_bytes_per_s": 4.0e12,
                "matmul_flops_per_s": 7.0e14, "source": "spec-table", "key": "test GPU|-|bfloat16"}
 

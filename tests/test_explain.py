@@ -14,10 +14,10 @@ from batchscope.ingest import ingest_run
 from batchscope.store import Store
 from batchscope.ui import explain_view, slo_control
 from batchscope.ui.run_view import load_run
+from batchscope.units import GiB
 from tests.runner_helpers import REPO
 from tests.test_pages import app, home, manager, no_traceback, texts, tiny_run  # noqa: F401 (fixtures)
 
-GiB = 1024**3
 DEMO = REPO / "data" / "demo"
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from batchscope import chapters, story
 from batchscope.analysis import SLO, analyse
-from batchscope.analysis.curve import tok_s
+from batchscope.units import tok_s
 from batchscope.demo import import_demo_runs
 from batchscope.explain import measured
 from batchscope.explain_charts import resize

@@ -17,10 +17,10 @@ from batchscope.analysis.verdicts import latency_words, throughput_words
 from batchscope.backends.ray_cluster import ranks
 from batchscope.store import Store
 from batchscope.ui import tables
+from batchscope.units import GiB
 from runners.spec import SweepSpec, points
 
 LIVE_STATES = frozenset({"queued", "running"})
-GiB = 1024**3
 
 
 MIN_CURVE_POINTS = 3  # fewer ok points show no knee: a run worth opening first has at least this many
