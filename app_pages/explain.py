@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from batchscope.explain import Step
+from batchscope.explain.step import Step
 from batchscope.ui import explain_present, explain_view, resources, run_view
 from batchscope.ui.explain_present import Place
 from batchscope.ui.history_view import overlay_labels

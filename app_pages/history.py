@@ -6,13 +6,9 @@ from datetime import date
 import pandas as pd
 import streamlit as st
 
-from batchscope import charts
 from batchscope.analysis import SLO
-from batchscope.analysis.cost import device_type
-from batchscope.analysis.marker import pct
-from batchscope.analysis.regression import NOISE_FLOOR
 from batchscope.team import actions
-from batchscope.ui import answers_view, history_view, overlay_compare, overlay_url, resources, tables, team_view
+from batchscope.ui import history_sections, history_view, overlay_url, resources, tables, team_view
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import Keys, latency_choice, slo_control
 
@@ -61,21 +57,6 @@ st.caption(f"{len(runs)} of {len(all_runs)} runs match.")
 shown_runs = history_view.runs_display(runs)
 st.dataframe(shown_runs, hide_index=True, width="stretch", column_config=tables.column_config(shown_runs))
 
-def show_regressions() -> None:
-    """Each listed run against the latest earlier run of the same configuration, under History's SLO."""
-    names = dict(zip(all_runs["run_id"], all_runs["name"]))
-    found = answers_view.regressions(store, runs["run_id"].tolist(), lambda run_id: resources.load_run(run_id, slo))
-    flagged = [c for c in found if c.flagged]
-    st.subheader("Regressions")
-    st.caption(f"A run is compared with the latest earlier finished run of the same model, dtype, engine, workload, "
-               f"GPU, driver and versions. It is flagged when its best throughput moved beyond noise (the best "
-               f"points' repeat spreads do not overlap and the change is over {pct(NOISE_FLOOR)}) or its working "
-               f"point moved, under the SLO chosen below. {len(found)} pair(s) compared, {len(flagged)} flagged.")
-    for comparison in flagged:
-        st.warning(plain(answers_view.regression_words(comparison, names)), icon=":material/trending_down:"
-                   if comparison.slower else ":material/compare_arrows:")
-
-
 st.subheader("Compare runs")
 labels_all = history_view.overlay_labels(runs, runs["run_id"].tolist())
 slo_keys = Keys.of("history_slo")
@@ -98,34 +79,11 @@ if picked:
     elif not overlay:
         st.info("None of the chosen runs has finished points yet.")
     else:
-        skipped = len(picked) - len(overlay)
-        if skipped:
-            st.caption(f"{skipped} chosen run(s) have no finished points and are not drawn.")
-        different = history_view.device_problem(overlay)
-        if different:  # said before the charts invite a comparison
-            st.warning(plain(different), icon=":material/warning:")
-        st.vega_lite_chart(spec=charts.overlay_charts(
-            {label: data.table for label, data in overlay.items()},
-            {label: data.analysis for label, data in overlay.items()},
-            {label: data.split for label, data in overlay.items()},
-            slo=slo, percentile=percentile, latency_metric=metric), width="content")
-        st.markdown("**What each ran on**: compare runs only with these in view.")
-        st.dataframe(history_view.fingerprints(overlay), hide_index=True, width="stretch")
-        st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")
-        for line in overlay_compare.lacking_words(overlay) + list(filter(None, [overlay_compare.compared(overlay)[1]])):
-            st.caption(plain(line))
-        prices = {label: answers_view.stored_price(store, device_type(data.run)) for label, data in overlay.items()}
-        side_by_side = history_view.comparison_display(history_view.comparison_table(overlay, prices, metric))
-        st.dataframe(side_by_side, hide_index=True, width="stretch")
-        st.altair_chart(charts.memory_split_by_run({label: data.split for label, data in overlay.items()}),
-                        width="content")
-        for label, data in overlay.items():
-            st.page_link("app_pages/run.py", label=f"Open {label}", query_params={"run": data.run["run_id"]},
-                         icon=":material/open_in_new:")
+        history_sections.show_overlay(store, picked, overlay, slo, percentile, metric)
 else:
     st.caption("Pick two or more runs to overlay them on the linked charts, under one SLO.")
 
-show_regressions()
+history_sections.show_regressions(store, all_runs, runs, slo)
 
 st.subheader("Manage a run")
 managed = [rid for rid, owner in zip(all_runs["run_id"], all_runs["owner"]) if actions.may_manage(user, owner)]

@@ -24,8 +24,10 @@ from batchscope.analysis.model_facts import quant_note
 from batchscope.analysis.regression import Comparison, compare
 from batchscope.analysis.verdicts import for_json
 from batchscope.endpoint_text import endpoint_lines
+from batchscope.metric_catalogue import METRICS, header
 from batchscope.store import Store
 from batchscope.store_file import StoreUnavailableError
+from batchscope.units import GiB
 from runners.spec.refine import PLATEAU_GAIN
 
 EXIT_USAGE = 2
@@ -196,17 +198,17 @@ def baseline_lines(versus: Comparison) -> list[str]:
 
 def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) -> list[str]:
     """Markdown rows, one per point along the run's axis: throughput with its repeat spread, decode step vs roofline, latencies, memory."""
-    latency = [("ttft_ms_p50", "TTFT p50 ms"), ("itl_ms_p50", "ITL p50 ms"), ("e2e_ms_p95", "E2E p95 ms")]
+    latency = [(column, header(column)) for column in ("ttft_ms_p50", "itl_ms_p50", "e2e_ms_p95")]
     if slo is not None and slo.column not in dict(latency):
-        latency.append((slo.column, f"{slo.name} ms"))
+        latency.append((slo.column, header(slo.column)))
     along = [] if axis.key in ("batch_size", "max_num_seqs") else [axis.noun]  # the bound column is the axis
     limit = "batch" if axis.key == "batch_size" else "max_num_seqs"  # the batch bound of each point
     costed = "cost_per_mtok" in table and table["cost_per_mtok"].notna().any()
-    header = (along + [limit, "status", "trust", "out tok/s (± or min–max)", "decode step ms", "roofline ms",
-                       "% of roofline", "bound"]
-              + [label for _, label in latency] + ["peak alloc GiB", "J / out token"]
-              + (["cost / 1M out tok"] if costed else []))
-    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    names = (along + [limit, "status", "trust", f"out {METRICS['output_tokens_per_s'].unit} (± or min–max)"]
+             + [header(column) for column in ("decode_step_ms", "predicted_step_ms", "roofline_pct")] + ["bound"]
+             + [label for _, label in latency] + [header("mem_peak_allocated"), header("energy_per_output_token_j")]
+             + (["cost / 1M out tok"] if costed else []))
+    rows = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
     for _, p in table.iterrows():
         bound = p["batch_size"] if axis.key == "batch_size" else p.get("max_num_seqs", p["batch_size"])
         bound_text = "–" if _missing(bound) else str(int(bound))  # an endpoint server's limit may be unknown
@@ -214,7 +216,7 @@ def points_table(table: pd.DataFrame, slo: SLO | None, axis: SweepAxis = BATCH) 
                  _spread(p), _cell(p.get("decode_step_ms")),
                  _cell(p.get("predicted_step_ms")), _cell(p.get("roofline_pct")), _text(p.get("bound"))]
         cells += [_cell(p.get(column)) for column, _ in latency]
-        cells += [_cell(p.get("mem_peak_allocated"), scale=1024**3), _cell(p.get("energy_per_output_token_j"))]
+        cells += [_cell(p.get("mem_peak_allocated"), scale=GiB), _cell(p.get("energy_per_output_token_j"))]
         cells += [_cell(p.get("cost_per_mtok"))] if costed else []
         rows.append("| " + " | ".join(cells) + " |")
     return rows

@@ -8,11 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from batchscope import charts
+from batchscope import charts, units
 from batchscope.analysis import SLO, analyse, memory_split, model_facts
+from batchscope.charts import frames, layout, palette
+from batchscope.explain import charts as explain_charts
+from batchscope.units import GiB
 from runners.schemas import SUMMARY
 
-GiB = 1024**3
 CALIBRATION = {"device": "test GPU", "dtype": "bfloat16", "copy_bytes_per_s": 4.0e12,
                "matmul_flops_per_s": 7.0e14, "source": "spec-table", "key": "test GPU|-|bfloat16"}
 
@@ -87,7 +89,7 @@ def to_dict(chart) -> dict:
 
 def test_throughput_frame_has_band_and_roofline_and_leaves_oom_points_out(run) -> None:
     _, analysis, _, _ = run
-    frame = charts.throughput_frame(analysis.table)
+    frame = frames.throughput_frame(analysis.table)
     measured = frame[frame["series"] == "measured"]
     assert measured["x"].tolist() == [1, 2, 4, 8, 16, 32, 64, 128]
     assert (measured["lo"] <= measured["value"]).all() and (measured["value"] <= measured["hi"]).all()
@@ -96,24 +98,24 @@ def test_throughput_frame_has_band_and_roofline_and_leaves_oom_points_out(run) -
 
 def test_latency_frame_reads_the_chosen_percentile_and_rejects_others() -> None:
     table = summary_table(points=3)
-    frame = charts.latency_frame(table, 99)
+    frame = frames.latency_frame(table, 99)
     ttft = frame[frame["series"] == "TTFT P99"]["value"].tolist()
     assert ttft == table["ttft_ms_p99"].tolist()
     assert set(frame["series"]) == {"TTFT P99", "ITL P99", "E2E P99"}
     with pytest.raises(ValueError, match="percentile"):
-        charts.latency_frame(table, 90)
+        frames.latency_frame(table, 90)
 
 
 def test_utilisation_frame_keeps_only_recorded_sources() -> None:
-    frame = charts.utilisation_frame(summary_table(points=4))
+    frame = frames.utilisation_frame(summary_table(points=4))
     assert set(frame["series"]) == {"GPU util (NVML)", "memory-controller util (NVML)"}
     cpu_run = summary_table(points=4).assign(gpu_util_pct=np.nan, mem_ctrl_util_pct=np.nan, cpu_pct=97.0)
-    assert charts.primary_utilisation(cpu_run) == {"cpu_pct": "process CPU % (100 = one core)"}
+    assert frames.primary_utilisation(cpu_run) == {"cpu_pct": "process CPU % (100 = one core)"}
 
 
 def test_memory_frame_is_in_gib_in_stacking_order(run) -> None:
     _, _, split, _ = run
-    frame = charts.memory_frame(split)
+    frame = frames.memory_frame(split)
     weights = frame[(frame["series"] == "weights") & (frame["x"] == 1)]["value"].item()
     assert weights == pytest.approx(16.0)
     assert frame.sort_values("order")["series"].iloc[0] == "weights"
@@ -121,7 +123,7 @@ def test_memory_frame_is_in_gib_in_stacking_order(run) -> None:
 
 def test_markers_at_one_batch_share_a_rule_and_oom_points_get_their_own(run) -> None:
     points, analysis, _, _ = run
-    markers = charts.marker_frame(analysis, points)
+    markers = frames.marker_frame(analysis, points)
     assert markers["x"].is_unique
     wp = analysis.working_point.x
     assert "working point" in markers.set_index("x").loc[wp, "label"]
@@ -173,11 +175,11 @@ def test_the_tooltip_lives_on_the_layer_that_takes_the_pointer_and_names_run_ser
         assert fields[0] == "run" and "x" in fields and "shown" in fields
         rows = pd.DataFrame(spec["datasets"][owner["data"]["name"]])
         assert (rows["run"] == "llama bf16").all()
-    throughput = charts.throughput_frame(analysis.table, "r")
+    throughput = frames.throughput_frame(analysis.table, "r")
     assert throughput["shown"].iloc[0] == "1 tok/s" or throughput["shown"].str.endswith(" tok/s").all()
     assert throughput[throughput["series"] == "measured"]["note"].str.startswith("repeats ").all()
-    assert charts.memory_frame(split)["shown"].iloc[0] == "16.00 GiB"
-    assert [charts.value_text(v, u) for v, u in ((3582.4, "tok/s"), (1.8712, "ms"), (97.46, "%"), (0.09375, "GiB"))] \
+    assert frames.memory_frame(split)["shown"].iloc[0] == "16.00 GiB"
+    assert [units.value_text(v, u) for v, u in ((3582.4, "tok/s"), (1.8712, "ms"), (97.46, "%"), (0.09375, "GiB"))] \
         == ["3 582 tok/s", "1.87 ms", "97.5 %", "96 MiB"]
 
 
@@ -189,7 +191,7 @@ def test_a_roofline_far_above_the_measured_curve_does_not_set_the_throughput_axi
     measured_top = max(slow["output_tokens_per_s_max"])
     domains = {tuple(layer["encoding"]["y"]["scale"]["domain"]) for layer in layers_of(panel["layer"][0])
                if "domain" in layer["encoding"].get("y", {}).get("scale", {})}
-    assert len(domains) == 1 and domains.pop() == (0, pytest.approx(measured_top * charts.OFF_SCALE))
+    assert len(domains) == 1 and domains.pop() == (0, pytest.approx(measured_top * layout.OFF_SCALE))
     assert "roofline prediction (up to" in title(panel) and "off the scale" in title(panel)
     assert all(layer["mark"].get("clip") for layer in layers_of(panel["layer"][0]) if mark_type(layer) == "line")
     fast = analyse(summary_table(points=6), model_facts("llama-3.1-8b", "bfloat16"),
@@ -202,18 +204,18 @@ def test_panels_fill_two_columns_and_marker_labels_never_overlap(run) -> None:
     points, analysis, split, slo = run
     spec = to_dict(charts.linked_charts(analysis.table, analysis, slo, memory_split=split))
     assert [len(row["hconcat"]) for row in spec["vconcat"][0]["vconcat"]] == [2, 2]
-    assert 2 * charts.PANEL_WIDTH + 2 * 80 <= 1280  # the content width of a 1440 px window
+    assert 2 * layout.PANEL_WIDTH + 2 * 80 <= 1280  # the content width of a 1440 px window
     crowded = pd.DataFrame({"run": "", "x": [8.0, 16.0, 32.0, 64.0, 256.0, 512.0],
                             "kind": ["kneedle", "plateau", "SLO limit", "working point", "OOM", "OOM"],
                             "label": ["Kneedle", "plateau", "SLO limit", "working point", "OOM", "OOM"]})
-    placed = charts.label_rows(crowded, charts._domain([1.0, 512.0]))
+    placed = layout.label_rows(crowded, layout.log_domain([1.0, 512.0]))
     assert placed["label"].tolist().count("OOM") == 1  # a run of OOM rules is labelled once
     spans = []
     for row in placed.itertuples():
-        at = charts.PANEL_WIDTH * (np.log2(row.x) - np.log2(0.8)) / (np.log2(640) - np.log2(0.8))
-        size = charts.LABEL_CHAR_PX * len(row.label) + 6
+        at = layout.PANEL_WIDTH * (np.log2(row.x) - np.log2(0.8)) / (np.log2(640) - np.log2(0.8))
+        size = layout.LABEL_CHAR_PX * len(row.label) + 6
         spans.append((row.row, *((at - size, at) if row.align == "right" else (at, at + size))))
-        assert 0 <= spans[-1][1] and spans[-1][2] <= charts.PANEL_WIDTH
+        assert 0 <= spans[-1][1] and spans[-1][2] <= layout.PANEL_WIDTH
     for i, a in enumerate(spans):
         for b in spans[i + 1:]:
             assert a[0] != b[0] or a[2] < b[1] or b[2] < a[1], (a, b)
@@ -224,11 +226,9 @@ def test_panels_fill_two_columns_and_marker_labels_never_overlap(run) -> None:
 
 
 def test_memory_has_one_colour_per_part_on_every_page_listed_in_stack_order(run) -> None:
-    from batchscope import explain_charts
-
     points, analysis, split, _ = run
-    expected = (list(charts.MEMORY_COLOURS), list(charts.MEMORY_COLOURS.values()))
-    assert list(charts.MEMORY_COLOURS) == [charts.MEMORY_PARTS[p] for p in
+    expected = (list(palette.MEMORY_COLOURS), list(palette.MEMORY_COLOURS.values()))
+    assert list(palette.MEMORY_COLOURS) == [frames.MEMORY_PARTS[p] for p in
                                            ("weights", "kv_used", "kv_unused", "activations", "allocator_reserve", "other")]
     specs = {"run": grid_panels(to_dict(charts.linked_charts(analysis.table, analysis, memory_split=split)))["memory"],
              "history": to_dict(charts.memory_split_by_run({"a": split})),
@@ -243,7 +243,7 @@ def test_memory_has_one_colour_per_part_on_every_page_listed_in_stack_order(run)
 
 def test_the_tradeoff_sets_throughput_against_each_users_speed_with_markers_ringed(run) -> None:
     points, analysis, split, slo = run
-    frame = charts.tradeoff_frame(analysis.table, "r")
+    frame = frames.tradeoff_frame(analysis.table, "r")
     ok = analysis.table[analysis.table["status"] == "ok"]
     assert frame["x"].tolist() == ok["x"].tolist()
     assert frame["speed"].tolist() == pytest.approx((1000 / ok["itl_ms_p50"]).tolist())
@@ -254,7 +254,7 @@ def test_the_tradeoff_sets_throughput_against_each_users_speed_with_markers_ring
              layer["encoding"].get("color", {}).get("field") == "kind"]
     ringed = pd.DataFrame(spec["datasets"][rings[0]["data"]["name"]])
     assert analysis.working_point.x in set(ringed["x"]) and analysis.slo_limit.x in set(ringed["x"])
-    assert charts.tradeoff_frame(analysis.table.drop(columns=["itl_ms_p50"])).empty
+    assert frames.tradeoff_frame(analysis.table.drop(columns=["itl_ms_p50"])).empty
 
 
 def test_capacity_far_above_use_is_named_instead_of_flattening_the_stack() -> None:
@@ -286,7 +286,7 @@ def test_overlay_of_ten_runs_with_twenty_points_keeps_one_line_per_run_per_panel
     legends = [layer["encoding"]["color"].get("legend", {}) for panel in grid_panels(spec).values()
                for layer in layers_of(panel) if layer.get("encoding", {}).get("color", {}).get("field") == "run"]
     assert sum(legend is not None for legend in legends) >= 1 and any(legend is None for legend in legends)
-    assert charts.axis_values(*tables.values())[-1] == 2**19
+    assert frames.axis_values(*tables.values())[-1] == 2**19
 
 
 def test_empty_panels_say_no_data_instead_of_failing() -> None:
@@ -304,22 +304,22 @@ def test_length_histogram_bins_the_sampled_lengths() -> None:
 
 def test_tensor_parallel_runs_show_the_all_reduce_share_beside_utilisation() -> None:
     table = summary_table(points=3).assign(comm_share=[0.05, 0.10, 0.25])
-    frame = charts.utilisation_frame(table)
-    assert frame[frame["series"] == charts.COMM_SERIES]["value"].tolist() == [5.0, 10.0, 25.0]
-    assert charts.COMM_SERIES not in set(charts.utilisation_frame(summary_table(points=3))["series"])
+    frame = frames.utilisation_frame(table)
+    assert frame[frame["series"] == frames.COMM_SERIES]["value"].tolist() == [5.0, 10.0, 25.0]
+    assert frames.COMM_SERIES not in set(frames.utilisation_frame(summary_table(points=3))["series"])
     # an overlay keeps one utilisation series per run, so it leaves the share out
-    assert charts.COMM_SERIES not in set(charts.utilisation_frame(table, columns={"gpu_util_pct": "GPU"})["series"])
+    assert frames.COMM_SERIES not in set(frames.utilisation_frame(table, columns={"gpu_util_pct": "GPU"})["series"])
 
 
 def test_a_run_on_two_gpus_draws_each_gpus_utilisation_instead_of_their_mean() -> None:
     table = summary_table(points=2)
     per_gpu = pd.DataFrame({"point_index": [0, 0, 1, 1], "gpu_index": [0, 1, 0, 1],
                             "gpu_util_pct": [95.0, 60.0, 99.0, 97.0]})
-    frame = charts.utilisation_frame(table, per_gpu=per_gpu)
+    frame = frames.utilisation_frame(table, per_gpu=per_gpu)
     assert "GPU util (NVML)" not in set(frame["series"])
     assert frame[frame["series"] == "GPU util (NVML), GPU 1"][["x", "value"]].values.tolist() == [[1, 60.0], [2, 97.0]]
     one_gpu = per_gpu[per_gpu["gpu_index"] == 0]
-    assert set(charts.utilisation_frame(table, per_gpu=one_gpu)["series"]) == {"GPU util (NVML)",
+    assert set(frames.utilisation_frame(table, per_gpu=one_gpu)["series"]) == {"GPU util (NVML)",
                                                                               "memory-controller util (NVML)"}
 
 
@@ -347,9 +347,9 @@ def test_a_roofline_near_the_measured_curve_keeps_its_full_height() -> None:
     frame = pd.DataFrame({"run": "", "x": [1.0, 2.0, 1.0, 2.0], "series": ["measured"] * 2 + ["roofline prediction"] * 2,
                           "value": [100.0, 180.0, 150.0, 260.0], "lo": [95.0, 170.0, None, None],
                           "hi": [105.0, 190.0, None, None]})
-    assert charts._y_top("throughput", frame) is None  # 1.4× the best: readable together
+    assert layout.throughput_top("throughput", frame) is None  # 1.4× the best: readable together
     far = frame.assign(value=[100.0, 180.0, 2000.0, 4000.0])
-    assert charts._y_top("throughput", far) == pytest.approx(190.0 * charts.OFF_SCALE)
+    assert layout.throughput_top("throughput", far) == pytest.approx(190.0 * layout.OFF_SCALE)
 
 
 def test_home_shows_each_latest_runs_best_throughput() -> None:

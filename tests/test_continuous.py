@@ -299,7 +299,7 @@ def test_form_memory_estimate_in_continuous_mode_is_per_max_num_seqs() -> None:
 def test_chart_axis_title_names_the_batch_limit_of_each_run_kind() -> None:
     import pandas as pd
 
-    from batchscope.charts import axis_title
+    from batchscope.charts.frames import axis_title
 
     static_table = pd.DataFrame({"batch_size": [1, 2], "sweep_axis": [None, None]})
     seqs_table = pd.DataFrame({"batch_size": [1, 2], "sweep_axis": ["max_num_seqs"] * 2})

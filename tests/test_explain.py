@@ -7,17 +7,25 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from batchscope import explain
 from batchscope.analysis import SLO, Analysis, Marker, analyse, memory_split
 from batchscope.demo import import_demo_runs
+from batchscope.explain.engines import contrast
+from batchscope.explain.latency import latency_sentences
+from batchscope.explain.memory import memory_sentences
+from batchscope.explain.roofline import roofline_sentences
+from batchscope.explain.throughput import dip, throughput_sentences, throughput_title
+from batchscope.explain.utilisation import utilisation_sentences
+from batchscope.explain.walk import explain_steps
+from batchscope.explain.words import measured
+from batchscope.explain.working_point import working_point_sentences
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
 from batchscope.ui import explain_view, slo_control
 from batchscope.ui.run_view import load_run
+from batchscope.units import GiB
 from tests.runner_helpers import REPO
 from tests.test_pages import app, home, manager, no_traceback, texts, tiny_run  # noqa: F401 (fixtures)
 
-GiB = 1024**3
 DEMO = REPO / "data" / "demo"
 
 
@@ -39,7 +47,7 @@ def analysis(table: pd.DataFrame, plateau: int | None = None, slo_limit: int | N
 
 def test_throughput_gain_ratio_and_diminishing_doublings() -> None:
     table = points(output_tokens_per_s=[100.0, 250.0, 400.0])
-    first, second = explain.throughput_sentences(table, analysis(table))
+    first, second = throughput_sentences(table, analysis(table))
     assert first == ("Throughput rises from 100 tok/s at batch 1 to 400 tok/s at batch 4: "
                      "4.0× the throughput for a 4× larger batch.")
     assert second == ("Each doubling pays less: the first step (1 → 2) added 150 % per doubling, "
@@ -49,27 +57,27 @@ def test_throughput_gain_ratio_and_diminishing_doublings() -> None:
 def test_throughput_names_the_plateau_and_the_decline_after_a_peak() -> None:
     flat = points(output_tokens_per_s=[100.0, 300.0, 310.0])
     assert "Past batch 2 it plateaus: going on to batch 4 adds only 3.3 % per doubling" in \
-        explain.throughput_sentences(flat, analysis(flat, plateau=2))[1]
+        throughput_sentences(flat, analysis(flat, plateau=2))[1]
     peaked = points(output_tokens_per_s=[100.0, 400.0, 300.0])
-    assert explain.throughput_sentences(peaked, analysis(peaked))[1] == \
+    assert throughput_sentences(peaked, analysis(peaked))[1] == \
         "Past its peak at batch 2 it falls: batch 4 gives 300 tok/s, 25 % less."
     padded = peaked.assign(decode_padding_waste=[0.0, 0.2, 0.67], prefill_padding_waste=[0.0, 0.5, 0.05])
-    assert explain.throughput_sentences(padded, analysis(padded))[1] == (
+    assert throughput_sentences(padded, analysis(padded))[1] == (
         "Past its peak at batch 2 it falls: batch 4 gives 300 tok/s, 25 % less; there 67 % of the decode rows "
         "it runs belong to requests already finished.")  # 5 % of prefill padding is below the 10 % worth naming
 
 
 def test_throughput_still_rising_and_changing_the_run_changes_the_sentence() -> None:
     rising = points(output_tokens_per_s=[100.0, 110.0, 800.0])
-    first, second = explain.throughput_sentences(rising, analysis(rising))
+    first, second = throughput_sentences(rising, analysis(rising))
     assert "8.0× the throughput" in first
     assert second.startswith("It has not flattened yet: the last step (2 → 4) still added 627.3 % per doubling")
     other = points(output_tokens_per_s=[100.0, 250.0, 400.0])
-    assert explain.throughput_sentences(other, analysis(other)) != (first, second)
+    assert throughput_sentences(other, analysis(other)) != (first, second)
 
 
 def test_throughput_title_says_what_the_curve_does() -> None:
-    title = explain.throughput_title
+    title = throughput_title
     peaked = points(output_tokens_per_s=[100.0, 400.0, 300.0])
     assert title(peaked, analysis(peaked)) == "Throughput peaks at batch 2, then falls"
     rising = points(output_tokens_per_s=[100.0, 250.0, 400.0])
@@ -89,8 +97,8 @@ def test_a_fall_inside_the_repeats_spread_is_named_with_its_noise() -> None:
     table = points(output_tokens_per_s=[500.0, 1000.0, 800.0], output_tokens_per_s_min=[490.0, 900.0, 700.0],
                    output_tokens_per_s_max=[510.0, 1100.0, 950.0], decode_step_ms=[5.0, 6.0, 12.0])
     call = analysis(table)  # no plateau called (as the Run page leaves it when noise hides where it starts)
-    assert explain.throughput_title(table, call) == "Throughput peaks at batch 2, then falls (within the repeats' noise)"
-    assert explain.throughput_sentences(table, call)[1] == (
+    assert throughput_title(table, call) == "Throughput peaks at batch 2, then falls (within the repeats' noise)"
+    assert throughput_sentences(table, call)[1] == (
         "Past its peak at batch 2 the median falls: batch 4 gives 800 tok/s, 20 % less (their repeats overlap, "
         "900–1 100 tok/s against 700–950 tok/s, so how much is noise, but it bought nothing); a decode step went "
         "from 6 ms at batch 2 to 12 ms at batch 4, 2.0× for 2.0× the rows.")
@@ -98,46 +106,46 @@ def test_a_fall_inside_the_repeats_spread_is_named_with_its_noise() -> None:
 
 def test_a_dip_that_recovers_is_named() -> None:
     table = points(output_tokens_per_s=[100.0, 400.0, 300.0, 350.0, 500.0])
-    assert explain.throughput_title(table, analysis(table)).endswith(", after a dip")
-    assert explain.throughput_sentences(table, analysis(table))[1].endswith(
+    assert throughput_title(table, analysis(table)).endswith(", after a dip")
+    assert throughput_sentences(table, analysis(table))[1].endswith(
         "; on the way it dips from 400 tok/s at batch 2 to 300 tok/s at batch 4 (25 % less) before batch 16 "
         "recovers to 500 tok/s.")
-    assert explain.dip(points(output_tokens_per_s=[100.0, 400.0, 300.0])) is None  # a final fall is no dip
+    assert dip(points(output_tokens_per_s=[100.0, 400.0, 300.0])) is None  # a final fall is no dip
 
 
 def test_latency_says_how_few_requests_a_tied_percentile_rests_on_and_names_outliers() -> None:
     table = points(ttft_ms_p95=[10.0, 50.0, 90.0], ttft_ms_p99=[12.0, 50.0, 90.0], repeats=[3, 3, 3],
                    itl_ms_p95=[5.0, 6.0, 7.0], outlier_steps=[0, 2, 0]).assign(batch_size=[1, 16, 64])
-    first, second = explain.latency_sentences(table, 95, {"spec": {"mode": "static"}})
+    first, second = latency_sentences(table, 95, {"spec": {"mode": "static"}})
     assert first.endswith("; P95 and P99 TTFT are the same at batch 16, 64: at batch 16 they rest on 48 requests "
                           "(16 × 3 repeats), and P99 of 48 requests is simply the slowest one.")
     assert second.endswith("; 2 at batch 16 measured decode step(s) took over 5× the median of like steps (a compile, "
                            "autotune or allocation), which the tail of its ITL includes.")
     only_large = table[table["batch_size"] == 64]
     assert "rest on 192 requests (64 × 3 repeats), and even with 192 requests, the rows of one static batch share " \
-           "one prefill" in explain.latency_sentences(only_large, 95, {})[0]
-    online = explain.latency_sentences(table, 95, {"spec": {"mode": "continuous", "num_requests": 20}})[0]
+           "one prefill" in latency_sentences(only_large, 95, {})[0]
+    online = latency_sentences(table, 95, {"spec": {"mode": "continuous", "num_requests": 20}})[0]
     assert "at batch 16 they rest on 60 requests (3 repeats), and P99 of 60 requests is simply the slowest" in online
-    assert "P99" not in explain.latency_sentences(table, 95, {"spec": {"mode": "continuous", "num_requests": 40}})[0]
-    assert "P99" not in explain.latency_sentences(table.assign(ttft_ms_p99=[11.0, 60.0, 95.0]), 95, {})[0]
+    assert "P99" not in latency_sentences(table, 95, {"spec": {"mode": "continuous", "num_requests": 40}})[0]
+    assert "P99" not in latency_sentences(table.assign(ttft_ms_p99=[11.0, 60.0, 95.0]), 95, {})[0]
 
 
 def test_throughput_without_a_curve_says_what_is_missing() -> None:
     oom = points(output_tokens_per_s=[float("nan")], status=["oom"])
-    assert explain.throughput_sentences(oom, analysis(oom)) == (
+    assert throughput_sentences(oom, analysis(oom)) == (
         "No batch size finished with a throughput measurement, so there is no curve to explain yet.",
         "Batch 1 ran out of memory.")
     one = points(output_tokens_per_s=[52.3])
-    assert explain.throughput_sentences(one, analysis(one))[0] == \
+    assert throughput_sentences(one, analysis(one))[0] == \
         "Only batch 1 finished (52.3 tok/s), so there is no rise to compare yet."
-    assert explain.throughput_sentences(pd.DataFrame(), None)[1] == "No point has been measured yet."
+    assert throughput_sentences(pd.DataFrame(), None)[1] == "No point has been measured yet."
 
 
 # ---- step 2: latency ----
 
 def test_latency_ttft_growth_and_per_user_token_rate() -> None:
     table = points(ttft_ms_p95=[100.0, 400.0, 1600.0], itl_ms_p95=[10.0, 20.0, 40.0])
-    first, second = explain.latency_sentences(table)
+    first, second = latency_sentences(table)
     assert first.startswith("P95 time to first token (TTFT) grows from 100 ms at batch 1 to 1 600 ms at batch 4 (16×)")
     assert second == ("P95 inter-token latency (ITL) grows from 10 ms at batch 1 to 40 ms at batch 4, so each "
                       "user's stream goes from about 100 to 25 tokens/s (1000 / ITL).")
@@ -146,13 +154,13 @@ def test_latency_ttft_growth_and_per_user_token_rate() -> None:
 def test_latency_follows_the_chosen_percentile() -> None:
     table = points(ttft_ms_p95=[100.0, 400.0, 1600.0], itl_ms_p95=[10.0, 20.0, 40.0],
                    ttft_ms_p50=[50.0, 100.0, 200.0], itl_ms_p50=[5.0, 8.0, 10.0])
-    first, second = explain.latency_sentences(table, 50)
+    first, second = latency_sentences(table, 50)
     assert first.startswith("P50 time to first token (TTFT) grows from 50 ms at batch 1 to 200 ms at batch 4 (4.0×)")
     assert "from about 200 to 100 tokens/s" in second  # 1000 / 5 ms and 1000 / 10 ms
 
 
 def test_latency_missing_columns_are_named() -> None:
-    first, second = explain.latency_sentences(points(output_tokens_per_s=[1.0, 2.0]))
+    first, second = latency_sentences(points(output_tokens_per_s=[1.0, 2.0]))
     assert "recorded no time to first token" in first
     assert "recorded no inter-token latency" in second
 
@@ -163,7 +171,7 @@ def test_busy_time_saturates_before_throughput_and_gpm_at_the_best_batch() -> No
     table = points(output_tokens_per_s=[100.0, 200.0, 400.0, 800.0], gpu_util_pct=[50.0, 95.0, 99.0, 99.0],
                    sm_util_pct=[5.0, 10.0, 20.0, 40.0], tensor_active_pct=[1.0, 2.0, 3.0, 5.0],
                    dram_bw_util_pct=[10.0, 20.0, 40.0, 60.0])
-    first, second = explain.utilisation_sentences({"device": "cuda"}, table)
+    first, second = utilisation_sentences({"device": "cuda"}, table)
     assert first.startswith("GPU busy-time (NVML) first reaches 90 % at batch 2 (95 %), yet throughput keeps "
                             "rising until batch 8 (800 tok/s, 4.0× what batch 2 gave)")
     assert second == ("At batch 8, where throughput is best, the GPM counters say the SMs are active 40 % of the "
@@ -173,7 +181,7 @@ def test_busy_time_saturates_before_throughput_and_gpm_at_the_best_batch() -> No
 
 def test_busy_time_that_never_saturates_and_missing_gpm() -> None:
     table = points(output_tokens_per_s=[10.0, 30.0], gpu_util_pct=[8.0, 15.0])
-    first, second = explain.utilisation_sentences({}, table)
+    first, second = utilisation_sentences({}, table)
     assert first == ("GPU busy-time (NVML) never reaches 90 %: its highest is 15 % at batch 2, while throughput "
                      "peaks at batch 2 (30 tok/s).")
     assert second.startswith("This run has no GPM counters") and second.endswith("there it reads 15 %.")
@@ -182,11 +190,11 @@ def test_busy_time_that_never_saturates_and_missing_gpm() -> None:
 def test_cpu_runs_say_which_cpu_numbers_exist() -> None:
     table = points(output_tokens_per_s=[10.0, 30.0], cpu_pct=[50.0, 80.0], rss_bytes_max=[GiB, 2 * GiB],
                    gpu_util_pct=[float("nan")] * 2)
-    first, second = explain.utilisation_sentences({"device": "cpu"}, table)
+    first, second = utilisation_sentences({"device": "cpu"}, table)
     assert first.startswith("This run recorded no GPU utilisation (device: cpu)")
     assert second == ("What it has instead: process CPU % going from 50 % at batch 1 to 80 % at batch 2 and "
                       "peak resident memory up to 2.0 GiB.")
-    assert "no CPU numbers either" in explain.utilisation_sentences({}, points(output_tokens_per_s=[1.0]))[1]
+    assert "no CPU numbers either" in utilisation_sentences({}, points(output_tokens_per_s=[1.0]))[1]
 
 
 # ---- step 4: memory ----
@@ -204,7 +212,7 @@ def memory_points(status: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def test_memory_one_kv_measure_and_capacity_from_the_whole_footprint() -> None:
     table, split = memory_points(["ok", "ok", "ok"])
-    first, second = explain.memory_sentences(table, split)
+    first, second = memory_sentences(table, split)
     assert first == ("The weights take 2.0 GiB at every batch size, while the KV cache allocated (what the cache "
                      "reserves) grows with the batch: 512 MiB at batch 1, 2.0 GiB at batch 4, 512 MiB per request.")
     # batch 2 → 4: 4 → 6.5 GiB over 2 rows = 1.25 GiB per request (KV 0.5, activations 0.5, reserve 0.25);
@@ -214,23 +222,23 @@ def test_memory_one_kv_measure_and_capacity_from_the_whole_footprint() -> None:
                       "activations 512 MiB, allocator reserve 256 MiB), so at that rate the device fills near batch 8.")
     used_only = table.drop(columns=["mem_kv_allocated"])
     assert "the KV cache used (what live tokens fill) grows with the batch: 256 MiB at batch 1, 1.0 GiB at batch 4, " \
-           "256 MiB per request." in explain.memory_sentences(used_only, split)[0]
+           "256 MiB per request." in memory_sentences(used_only, split)[0]
 
 
 def test_memory_names_the_oom_point_and_missing_split() -> None:
     table, split = memory_points(["ok", "ok", "oom"])
     # batch 1 → 2: 3 → 4 GiB, 1 GiB per request; 8 GiB free at batch 2 → full near 2 + 8 = 10, past the OOM at 4
-    assert explain.memory_sentences(table, split)[1] == (
+    assert memory_sentences(table, split)[1] == (
         "Batch 4 ran out of memory; the largest batch that fit, 2, used 4.0 GiB of the 12.0 GiB on the device "
         "(33 %); from batch 1 to 2 the whole footprint grew 1.0 GiB per request (KV cache 512 MiB, activations "
         "512 MiB, allocator reserve 0 B), which alone would fill it only near batch 10, so batch 4 needed more than "
         "that growth predicts.")
     tight = table.assign(mem_capacity=[5 * GiB] * 3)
-    assert explain.memory_sentences(tight, split)[1].endswith(
+    assert memory_sentences(tight, split)[1].endswith(
         "from batch 1 to 2 the whole footprint grew 1.0 GiB per request (KV cache 512 MiB, activations 512 MiB, "
         "allocator reserve 0 B), so at that rate it was full near batch 3.")
     empty = pd.DataFrame(columns=["batch_size", "x", "status", "part", "bytes"])
-    first, second = explain.memory_sentences(points(output_tokens_per_s=[1.0]), empty)
+    first, second = memory_sentences(points(output_tokens_per_s=[1.0]), empty)
     assert "recorded no memory split" in first and "no memory measurement" in second
 
 
@@ -240,7 +248,7 @@ def test_roofline_share_bound_and_ridge() -> None:
     table = points(decode_step_ms=[2.0, 4.0, 8.0], predicted_step_ms=[1.0, 1.5, 2.0],
                    roofline_pct=[50.0, 37.5, 25.0], bound=["memory"] * 3)
     run = {"model": {"weight_bytes": GiB}}
-    first, second = explain.roofline_sentences(run, table, analysis(table, ridge=64.0))
+    first, second = roofline_sentences(run, table, analysis(table, ridge=64.0))
     assert first == ("A decode step takes 2 ms at batch 1 against a floor of 1 ms (50 % of roofline), and 8 ms at "
                      "batch 4 against a floor of 2 ms (25 % of roofline).")
     assert second == ("Every measured batch is memory-bound: each step reads the 1.0 GiB of weights however many "
@@ -248,15 +256,15 @@ def test_roofline_share_bound_and_ridge() -> None:
                       "where compute time catches up with memory time, lies near batch 64, beyond the largest "
                       "measured (4).")
     mixed = table.assign(bound=["memory", "memory", "compute"])
-    assert explain.roofline_sentences(run, mixed, analysis(mixed, ridge=3.0))[1].startswith(
+    assert roofline_sentences(run, mixed, analysis(mixed, ridge=3.0))[1].startswith(
         "Batches below 4 are memory-bound and from 4 on compute-bound; the ridge")
 
 
 def test_roofline_without_model_facts_or_steps() -> None:
-    first, second = explain.roofline_sentences({}, points(decode_step_ms=[2.0, 3.0]), None)
+    first, second = roofline_sentences({}, points(decode_step_ms=[2.0, 3.0]), None)
     assert first.startswith("This run has no roofline") and "2 ms at batch 1 and 3 ms at batch 2" in first
     assert "not called" in second
-    assert "recorded no decode step" in explain.roofline_sentences({}, points(output_tokens_per_s=[1.0]), None)[0]
+    assert "recorded no decode step" in roofline_sentences({}, points(output_tokens_per_s=[1.0]), None)[0]
 
 
 # ---- step 6: working point ----
@@ -264,12 +272,12 @@ def test_roofline_without_model_facts_or_steps() -> None:
 def test_working_point_under_an_slo() -> None:
     slo = SLO("ttft", 95, 500.0)
     table = points(output_tokens_per_s=[100.0, 300.0, 400.0], ttft_ms_p95=[100.0, 400.0, 900.0])
-    first, second = explain.working_point_sentences(table, analysis(table, slo_limit=2, working_point=2, slo=slo), slo)
+    first, second = working_point_sentences(table, analysis(table, slo_limit=2, working_point=2, slo=slo), slo)
     assert first == "Under a P95 TTFT SLO of 500 ms, batch 2 is the largest that meets it (400 ms); batch 4 takes 900 ms."
     assert second == ("The working point is batch 2: 300 tok/s at 400 ms P95 TTFT, 75 % of the best measured "
                       "(400 tok/s at batch 4); the SLO, not throughput, sets it.")
     loose = SLO("ttft", 95, 1000.0)
-    assert explain.working_point_sentences(table, analysis(table, slo_limit=4, working_point=4, slo=loose), loose) == (
+    assert working_point_sentences(table, analysis(table, slo_limit=4, working_point=4, slo=loose), loose) == (
         "Every measured batch meets a P95 TTFT SLO of 1 000 ms, up to batch 4 at 900 ms.",
         "The working point is batch 4: 400 tok/s at 900 ms P95 TTFT, the best measured; it is the largest batch measured.")
 
@@ -277,13 +285,13 @@ def test_working_point_under_an_slo() -> None:
 def test_working_point_missing_cases() -> None:
     table = points(output_tokens_per_s=[100.0, 300.0], ttft_ms_p95=[600.0, 900.0])
     tight = SLO("ttft", 95, 500.0)
-    first, second = explain.working_point_sentences(table, analysis(table, slo=tight), tight)
+    first, second = working_point_sentences(table, analysis(table, slo=tight), tight)
     assert first == "No batch meets a P95 TTFT SLO of 500 ms: even batch 1 takes 600 ms."
     assert second == "So there is no working point: no batch at or before the plateau meets the 500 ms P95 TTFT SLO."
-    assert explain.working_point_sentences(table, analysis(table, working_point=2), None)[0] == \
+    assert working_point_sentences(table, analysis(table, working_point=2), None)[0] == \
         "No latency SLO is set, so every batch is allowed on latency."
     itl = SLO("itl", 99, 50.0)
-    assert "recorded no P99 ITL latency" in explain.working_point_sentences(table, analysis(table, slo=itl), itl)[0]
+    assert "recorded no P99 ITL latency" in working_point_sentences(table, analysis(table, slo=itl), itl)[0]
 
 
 # ---- fast vs hf-generate ----
@@ -292,7 +300,7 @@ def test_contrast_step_ratio_and_overhead() -> None:
     fast = points(output_tokens_per_s=[800.0, 1500.0], decode_step_ms=[1.0, 1.1], gpu_util_pct=[70.0, 95.0])
     hf = points(output_tokens_per_s=[60.0, 110.0, 200.0], decode_step_ms=[12.0, 13.0, 14.0],
                 gpu_util_pct=[10.0, 15.0, 20.0])
-    step = explain.contrast({"engine": "fast", "model_name": "llama"}, fast, {"engine": "hf-generate"}, hf)
+    step = contrast({"engine": "fast", "model_name": "llama"}, fast, {"engine": "hf-generate"}, hf)
     assert step is not None and step.key == "contrast"
     step.chart.to_dict()
     assert step.sentences[0] == ("At batch 1, the smallest both ran, a hf-generate decode step takes 12 ms against "
@@ -304,12 +312,12 @@ def test_contrast_step_ratio_and_overhead() -> None:
 def test_contrast_says_when_the_slow_engines_step_is_not_set_by_the_batch() -> None:
     # by hand: hf's batch-1 step is 40 ms, its batch-4 step 12 ms (under 20, half of 40): flagged; 25 is not
     fast = points(decode_step_ms=[1.0, 1.1, 1.2], gpu_util_pct=[70.0, 80.0, 90.0])
-    step = explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate"},
+    step = contrast({"engine": "fast"}, fast, {"engine": "hf-generate"},
                             points(decode_step_ms=[40.0, 45.0, 12.0], gpu_util_pct=[9.0, 10.0, 30.0]))
     assert step.sentences[0].endswith("40× as long for the same model weights; but its step is not set by the batch "
                                       "size: 12 ms at batch 4, under half of batch 1's, so the ratio changes within "
                                       "the run.")
-    steady = explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate"},
+    steady = contrast({"engine": "fast"}, fast, {"engine": "hf-generate"},
                               points(decode_step_ms=[40.0, 45.0, 25.0], gpu_util_pct=[9.0, 10.0, 30.0]))
     assert "not set by the batch" not in steady.sentences[0]
 
@@ -317,8 +325,8 @@ def test_contrast_says_when_the_slow_engines_step_is_not_set_by_the_batch() -> N
 def test_contrast_without_shared_batches_or_utilisation() -> None:
     fast = points(decode_step_ms=[1.0])
     far = points(decode_step_ms=[5.0, 6.0]).assign(batch_size=[8, 16])
-    assert explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate"}, far) is None
-    step = explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate"}, points(decode_step_ms=[5.0]))
+    assert contrast({"engine": "fast"}, fast, {"engine": "hf-generate"}, far) is None
+    step = contrast({"engine": "fast"}, fast, {"engine": "hf-generate"}, points(decode_step_ms=[5.0]))
     assert step.sentences[1].startswith("hf-generate recorded no GPU utilisation at batch 1")
 
 
@@ -336,7 +344,7 @@ def test_every_demo_run_gives_six_steps_each_a_chart_and_two_sentences(demo_stor
     stories = {}
     for run_id in demo_store.runs()["run_id"]:  # continuous runs included: none may crash
         data = load_run(demo_store, run_id, slo)
-        steps = explain.explain_steps(data.run, data.table, data.analysis, data.split, slo)
+        steps = explain_steps(data.run, data.table, data.analysis, data.split, slo)
         assert [s.key for s in steps] == ["throughput", "latency", "utilisation", "memory", "roofline", "working_point"]
         for step in steps:
             assert "$schema" in step.chart.to_dict()
@@ -344,7 +352,7 @@ def test_every_demo_run_gives_six_steps_each_a_chart_and_two_sentences(demo_stor
         stories[run_id] = [s.sentences for s in steps]
         if data.analysis.axis.key != "batch_size":
             continue
-        curve = explain.measured(data.table, "output_tokens_per_s")
+        curve = measured(data.table, "output_tokens_per_s")
         peak = int(curve.loc[curve["output_tokens_per_s"].idxmax(), "batch_size"])
         title = steps[0].title
         if "peaks at batch" in title:  # a peak claimed is the measured peak, before the largest batch
@@ -365,7 +373,7 @@ def test_default_run_makes_the_case_and_the_partner_is_never_the_cut_short_run(d
     # the fast 8B runs have the most ok points (7: bf16, fp8, int8); bf16 is the full-precision one
     assert chosen == "h200-fast-8b-bf16-chat"
     data = load(chosen)
-    curve = explain.measured(data.table, "output_tokens_per_s")
+    curve = measured(data.table, "output_tokens_per_s")
     assert curve["output_tokens_per_s"].idxmax() < len(curve) - 1  # peaks before its largest batch
     spec_of = (lambda rid: demo_store.run(rid)["spec"])
     assert explain_view.partner_run(data.run, data.table, runs, spec_of, lambda rid: load(rid).table) is None
@@ -404,7 +412,7 @@ def test_a_two_point_partner_only_when_no_fuller_one_exists() -> None:
 def test_contrast_names_a_cancelled_run_as_cut_short() -> None:
     fast = points(output_tokens_per_s=[800.0, 1500.0], decode_step_ms=[1.0, 1.1], gpu_util_pct=[70.0, 95.0])
     hf = points(output_tokens_per_s=[60.0, 110.0], decode_step_ms=[12.0, 13.0], gpu_util_pct=[10.0, 15.0])
-    step = explain.contrast({"engine": "fast"}, fast, {"engine": "hf-generate", "run_id": "hf", "state": "cancelled"}, hf)
+    step = contrast({"engine": "fast"}, fast, {"engine": "hf-generate", "run_id": "hf", "state": "cancelled"}, hf)
     assert step.sentences[0].endswith("; hf was cut short, cancelled after 2 batch sizes.")
 
 
@@ -516,15 +524,15 @@ def test_explain_and_the_run_page_share_one_noise_rule() -> None:
                    output_tokens_per_s_max=[1020.0, 1500.0, 1240.0])
     run_page = analyse(table, None, None)
     assert run_page.plateau is None and any("within noise" in note for note in run_page.notes)
-    second = explain.throughput_sentences(table, run_page)[1]
+    second = throughput_sentences(table, run_page)[1]
     assert "falls" not in second and second.startswith("Past batch 2 it stays level within the noise")
     tight = table.assign(output_tokens_per_s_min=[990.0, 1190.0, 1160.0], output_tokens_per_s_max=[1010.0, 1210.0, 1180.0])
-    assert explain.throughput_sentences(tight, analyse(tight, None, None))[1].startswith("Past batch 2 it plateaus")
+    assert throughput_sentences(tight, analyse(tight, None, None))[1].startswith("Past batch 2 it plateaus")
 
 
 def test_explain_never_asks_for_larger_batches_past_an_oom() -> None:
     table = points(output_tokens_per_s=[100.0, 300.0, 800.0, float("nan")], status=["ok", "ok", "ok", "oom"])
-    second = explain.throughput_sentences(table, analysis(table))[1]
+    second = throughput_sentences(table, analysis(table))[1]
     assert "batch 8 ran out of memory, so this is as far as the device goes" in second
     assert "beyond the largest batch" not in second
 
@@ -534,5 +542,5 @@ def test_a_rise_the_run_page_calls_still_rising_is_not_called_noise_by_explain()
                    output_tokens_per_s_max=[510.0, 3329.0, 5161.0])
     run_page = analyse(table, None, None)
     assert any(note.startswith("No plateau: going from batch 2 to 4 still adds") for note in run_page.notes)
-    second = explain.throughput_sentences(table, run_page)[1]
+    second = throughput_sentences(table, run_page)[1]
     assert "noise" not in second and "the last (2 → 4) only 41.8 %" in second

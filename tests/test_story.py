@@ -1,16 +1,17 @@
-"""The Explain walk's cross-run chapters: which stored runs they use (batchscope.story), what they say on
-hand-made tables (batchscope.chapters), and the default walk over the shipped H200 demo runs."""
+"""The Explain walk's cross-run chapters: which stored runs they use (batchscope.explain.partners), what they
+say on hand-made tables (continuous, quantised, parallel), and the default walk over the shipped H200 demo runs."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from batchscope import chapters, story
+from batchscope.explain import continuous, parallel, partners, quantised
+from batchscope.explain.told import Told
 from batchscope.analysis import SLO, analyse
-from batchscope.analysis.curve import tok_s
+from batchscope.units import tok_s
 from batchscope.demo import import_demo_runs
-from batchscope.explain import measured
-from batchscope.explain_charts import resize
+from batchscope.explain.words import measured
+from batchscope.explain.charts import resize
 from batchscope.store import Store
 from batchscope.ui import explain_view
 from batchscope.ui.run_view import load_run
@@ -39,22 +40,22 @@ BASE = {"run_id": "base", "engine": "fast", "model_name": "m", "dtype": "bfloat1
 
 
 def test_partners_share_model_dtype_lengths_and_differ_in_one_thing() -> None:
-    assert story.continuous_partners(BASE, RUNS, SPECS.get) == ["cont"]
+    assert partners.continuous_partners(BASE, RUNS, SPECS.get) == ["cont"]
     # fp8: the done run before the cancelled one with more points
-    assert story.quantised_partners(BASE, RUNS, SPECS.get) == ["fp8", "int8"]
-    assert story.parallel_partners(BASE, RUNS, SPECS.get) == ("tp", "rep")
+    assert partners.quantised_partners(BASE, RUNS, SPECS.get) == ["fp8", "int8"]
+    assert partners.parallel_partners(BASE, RUNS, SPECS.get) == ("tp", "rep")
     long = {**BASE, "run_id": "long", "spec": SPECS["long"]}  # other lengths: nothing to set beside it
-    assert story.continuous_partners(long, RUNS, SPECS.get) == [] and story.quantised_partners(long, RUNS, SPECS.get) == []
+    assert partners.continuous_partners(long, RUNS, SPECS.get) == [] and partners.quantised_partners(long, RUNS, SPECS.get) == []
     fp8 = {**BASE, "run_id": "fp8", "dtype": "fp8"}
-    assert story.quantised_partners(fp8, RUNS, SPECS.get) == []  # the chapter starts from full precision
+    assert partners.quantised_partners(fp8, RUNS, SPECS.get) == []  # the chapter starts from full precision
     tp = {**BASE, "run_id": "tp", "spec": SPECS["tp"]}
-    assert story.parallel_partners(tp, RUNS, SPECS.get) == (None, None)
-    assert story.continuous_partners(tp, RUNS, SPECS.get) == []  # a one-GPU continuous run is no match for TP=2
+    assert partners.parallel_partners(tp, RUNS, SPECS.get) == (None, None)
+    assert partners.continuous_partners(tp, RUNS, SPECS.get) == []  # a one-GPU continuous run is no match for TP=2
 
 
 # ---- a. continuous batching ----
 
-def continuous_runs(slo: SLO) -> tuple[chapters.Told, chapters.Told]:
+def continuous_runs(slo: SLO) -> tuple[Told, Told]:
     static = static_points([1, 2, 4], output_tokens_per_s=[100.0, 180.0, 200.0], ttft_ms_p95=[50.0, 300.0, 900.0])
     online = pd.DataFrame({"batch_size": [4, 4], "status": "ok", "sweep_axis": "max_num_seqs",
                            "sweep_value": [8.0, 16.0], "output_tokens_per_s": [300.0, 320.0],
@@ -67,7 +68,7 @@ def continuous_runs(slo: SLO) -> tuple[chapters.Told, chapters.Told]:
 def test_continuous_chapter_compares_the_best_under_the_slo_and_says_why_a_point_misses() -> None:
     slo = SLO("ttft", 95, 500.0)
     static, online = continuous_runs(slo)
-    step = chapters.continuous_chapter(static, [online], slo)
+    step = continuous.continuous_chapter(static, [online], slo)
     assert step is not None and step.key == "continuous" and step.title == "Continuous batching moves the knee"
     # static: batch 2 is the best that meets 500 ms (180 tok/s); online: max_num_seqs 16 (320 tok/s) → 320/180 = 1.8×
     assert step.sentences[0] == (
@@ -79,16 +80,16 @@ def test_continuous_chapter_compares_the_best_under_the_slo_and_says_why_a_point
         "online sweeps max_num_seqs from 8 to 16: its knee is at max_num_seqs 8 (plateau), and max_num_seqs 8 misses "
         "the SLO (800 ms) because requests wait for a free slot (P95 queue wait 700 ms, goodput 1 of 2 req/s under the "
         "run's own ttft<=500ms).")
-    assert chapters.continuous_chapter(static, [], slo) is None
+    assert continuous.continuous_chapter(static, [], slo) is None
     tight = SLO("ttft", 95, 10.0)
-    nowhere = chapters.continuous_chapter(static, [online], tight)
+    nowhere = continuous.continuous_chapter(static, [online], tight)
     assert "static batching (static) meets it nowhere: even batch 1 takes 50 ms" in nowhere.sentences[0]
     assert nowhere.title == "Continuous vs static batching under the same SLO"  # neither meets it: no move claimed
 
 
 # ---- b. quantised weights ----
 
-def quant_runs() -> tuple[chapters.Told, chapters.Told]:
+def quant_runs() -> tuple[Told, Told]:
     oom = {"batch_size": 8, "status": "oom"}
     bf16 = pd.concat([static_points([1, 2, 4], decode_step_ms=[5.0, 5.5, 7.0], output_tokens_per_s=[100.0, 180.0, 150.0]),
                       pd.DataFrame([oom])], ignore_index=True)
@@ -104,7 +105,7 @@ def quant_runs() -> tuple[chapters.Told, chapters.Told]:
 
 def test_quant_chapter_decode_step_best_throughput_oom_and_the_accuracy_caveat() -> None:
     base, fp8 = quant_runs()
-    step = chapters.quant_chapter(base, [fp8])
+    step = quantised.quant_chapter(base, [fp8])
     assert step is not None and step.title == "Quantised weights move it again"
     assert step.sentences[0] == (
         "At batch 1 a decode step, which reads every weight once, takes 5 ms with bfloat16 weights (16.0 GiB, b) and "
@@ -115,9 +116,9 @@ def test_quant_chapter_decode_step_best_throughput_oom_and_the_accuracy_caveat()
         "activations to fill the device; against bfloat16 on the same weights, fp8 greedy tokens agree on 5 %–12 % "
         "of steps (logits cosine 0.79–0.84); these are random weights, so this says how much the quantised kernels "
         "change this network's output, not how a trained model's answers would change.")
-    assert chapters.quant_chapter(base, []) is None
+    assert quantised.quant_chapter(base, []) is None
     same = (fp8[0], analyse(base[1].table.assign(decode_step_ms=[3.5, 4.0, 6.0, None]), None, None))
-    assert chapters.quant_chapter(base, [same]).title == "Quantised weights against full precision"
+    assert quantised.quant_chapter(base, [same]).title == "Quantised weights against full precision"
 
 
 # ---- c. two GPUs ----
@@ -130,7 +131,7 @@ def test_parallel_chapter_who_wins_at_small_and_large_batch_and_memory_per_gpu()
     rep = static_points([4, 16], output_tokens_per_s=[280.0, 700.0], itl_ms_p95=[5.5, 7.0],
                         ttft_ms_p95=[30.0, 200.0], mem_nvml_used=[22 * GiB, 40 * GiB])
     told = [({"run_id": rid}, analyse(table, None, None)) for rid, table in (("one", one), ("tp", tp), ("rep", rep))]
-    step = chapters.parallel_chapter(*told)
+    step = parallel.parallel_chapter(*told)
     assert step is not None and step.title == "Two GPUs: tensor parallel vs replicas"
     assert step.sentences[0] == ("At batch 4 the most throughput comes from tensor parallel ×2 (350 tok/s, P95 ITL "
                                  "4.5 ms), against one GPU (300 tok/s, P95 ITL 6 ms) and 2 replicas (280 tok/s, "
@@ -139,7 +140,7 @@ def test_parallel_chapter_who_wins_at_small_and_large_batch_and_memory_per_gpu()
                                  "against one GPU (500 tok/s, P95 TTFT 400 ms) and tensor parallel ×2 (450 tok/s, "
                                  "P95 TTFT 450 ms); memory in use on each GPU there: 60.0 GiB for one GPU (one), "
                                  "35.0 GiB for tensor parallel ×2 (tp) and 40.0 GiB for 2 replicas (rep).")
-    assert chapters.parallel_chapter(told[0], None, None) is None
+    assert parallel.parallel_chapter(told[0], None, None) is None
 
 
 # ---- the shipped demo runs ----

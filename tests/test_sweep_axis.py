@@ -14,6 +14,7 @@ import pytest
 from batchscope import charts
 from batchscope.analysis import SLO, analyse, memory_split
 from batchscope.analysis.axis import AXES, BATCH, axes_of, axis_of, sweep_x
+from batchscope.charts import frames
 from batchscope.ingest import ingest_run
 from batchscope.report import Report, points_table, to_markdown
 from batchscope.ui import history_view, run_view
@@ -105,13 +106,13 @@ def test_rate_sweep_charts_put_requests_per_second_on_the_shared_axis() -> None:
     assert x_encodings and {enc["title"] for enc in x_encodings if "title" in enc} == {"arrival rate (req/s, log2)"}
     assert {tuple(enc["axis"]["values"]) for enc in x_encodings if "axis" in enc} == {tuple(RATES)}
     assert {enc["axis"]["format"] for enc in x_encodings if "axis" in enc} == {"~g"}  # 0.5 must not print as 0
-    latency = charts.latency_frame(analysis.table.assign(queue_ms_p95=[0.0, 0.0, 5.0, 900.0, 8000.0]), 95)
+    latency = frames.latency_frame(analysis.table.assign(queue_ms_p95=[0.0, 0.0, 5.0, 900.0, 8000.0]), 95)
     assert latency[latency["series"] == "queue wait (in TTFT) P95"]["value"].tolist() == [5.0, 900.0, 8000.0]
-    assert "queue wait (in TTFT) P95" not in set(charts.latency_frame(summary_table(points=3), 95)["series"])
-    throughput = charts.throughput_frame(analysis.table)
+    assert "queue wait (in TTFT) P95" not in set(frames.latency_frame(summary_table(points=3), 95)["series"])
+    throughput = frames.throughput_frame(analysis.table)
     assert throughput[throughput["series"] == "measured"]["x"].tolist() == RATES
-    assert charts.memory_frame(memory_split(points))["x"].nunique() == len(RATES)
-    assert set(charts.marker_frame(analysis, analysis.table)["x"]) == {2.0, 4.0}
+    assert frames.memory_frame(memory_split(points))["x"].nunique() == len(RATES)
+    assert set(frames.marker_frame(analysis, analysis.table)["x"]) == {2.0, 4.0}
 
 
 def test_a_real_cpu_rate_sweep_on_the_run_page_and_refused_in_a_mixed_overlay(home, tiny_run: Path,  # noqa: F811

@@ -14,7 +14,7 @@ import pytest
 from batchscope.analysis import SLO
 from batchscope.analysis.axis import BATCH
 from batchscope.store import Store
-from batchscope.ui import form, history_view, run_view, tables
+from batchscope.ui import form, history_view, run_view, run_view_tables, tables
 from tests.runner_helpers import finished_tiny_run
 
 GiB = 1024**3
@@ -126,13 +126,13 @@ def test_durations_and_progress_read_like_sentences() -> None:
 def test_points_table_downloads_and_fingerprint() -> None:
     table = pd.DataFrame({"batch_size": [2, 1], "status": ["ok", "ok"], "output_tokens_per_s": [10.4, 5.6],
                           "ttft_ms_p95": [1.23456, 2.0], "sm_util_pct": [None, None]})
-    shown = run_view.points_display(table)
+    shown = run_view_tables.points_display(table)
     assert list(shown.columns) == ["batch", "output tok/s", "TTFT P95 ms"]  # every row is ok: no status column
     assert shown["batch"].tolist() == [1, 2] and shown["output tok/s"].tolist() == [5.6, 10.4]
     assert shown["TTFT P95 ms"].tolist() == [2.0, 1.23]
-    assert pd.read_csv(io.BytesIO(run_view.csv_bytes(table))).equals(table.astype({"sm_util_pct": float}))
-    assert pd.read_parquet(io.BytesIO(run_view.parquet_bytes(table)))["batch_size"].tolist() == [2, 1]
-    env = run_view.env_rows({"gpu": "NVIDIA H200", "driver": None})
+    assert pd.read_csv(io.BytesIO(run_view_tables.csv_bytes(table))).equals(table.astype({"sm_util_pct": float}))
+    assert pd.read_parquet(io.BytesIO(run_view_tables.parquet_bytes(table)))["batch_size"].tolist() == [2, 1]
+    env = run_view_tables.env_rows({"gpu": "NVIDIA H200", "driver": None})
     assert env.values.tolist() == [["gpu", "NVIDIA H200"], ["driver", "—"]]
     stored = {"run_id": "r", "name": "baseline", "model": {"name": "tiny", "params": 1}, "dtype": "float32",
               "engine": "fast"}
@@ -218,11 +218,11 @@ def test_points_table_puts_key_columns_first_sizes_in_gib_and_says_why_a_point_f
                           "output_tokens_per_s": [3582.43, None], "ttft_ms_p95": [226.7, None],
                           "itl_ms_p95": [1.8781, None], "mem_peak_allocated": [2.5 * GiB, None],
                           "decode_padding_waste": [0.125, None], "gpu_util_pct": [97.46, None]})
-    shown = run_view.points_display(table)
+    shown = run_view_tables.points_display(table)
     assert list(shown.columns)[:3] == ["batch", "output tok/s", "TTFT P95 ms"]
-    assert run_view.failures(table, BATCH) == [
+    assert run_view_tables.failures(table, BATCH) == [
         "Batch 256: out of memory: needed 15.98 GiB more, 5.17 GiB of 139.80 GiB free"]
-    assert run_view.failures(table.iloc[:1], BATCH) == []  # every point ok: nothing to say
+    assert run_view_tables.failures(table.iloc[:1], BATCH) == []  # every point ok: nothing to say
     assert shown["batch"].tolist() == [1]  # the OOM point has no measurements: its line says why instead
     assert shown["peak alloc GiB"].iloc[0] == 2.5 and shown["decode padding %"].iloc[0] == 12.5
     assert shown["output tok/s"].iloc[0] == 3582 and shown["ITL P95 ms"].iloc[0] == 1.88

@@ -44,7 +44,3 @@ def excluded_notes(points: pd.DataFrame, axis: SweepAxis) -> list[str]:
             notes.append(f"{axis.at_start(row.x)} failed ({row.status}{detail}); it is excluded from the fits.")
     return notes
 
-
-def tok_s(value: float) -> str:
-    """Throughput as the sentences print it ("2 310 tok/s")."""
-    return f"{num(value)} tok/s"

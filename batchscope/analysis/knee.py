@@ -16,7 +16,7 @@ from kneed import KneeLocator
 from runners.spec.refine import PLATEAU_GAIN
 
 from batchscope.analysis.axis import BATCH, SweepAxis
-from batchscope.analysis.curve import tok_s
+from batchscope.units import tok_s
 from batchscope.analysis.marker import Marker, pct
 from batchscope.analysis.noise import describe_spread, unresolved_from
 

@@ -9,8 +9,8 @@ from runners.spec.continuous import longest_request
 from runners.spec.continuous import points as continuous_points
 from runners.kv_layout import cache_len
 from runners.spec import SweepSpec
+from batchscope.units import GiB
 
-GiB = 1024**3
 TIGHT_FRACTION = 0.9  # above this share of capacity, activations and the CUDA context may still OOM
 
 # The stacking order of the memory chart, bottom to top (docs/design.md §2, "Memory split").

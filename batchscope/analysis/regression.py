@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from batchscope.analysis import Analysis
-from batchscope.analysis.curve import tok_s
+from batchscope.units import tok_s
 from batchscope.analysis.marker import pct
 from batchscope.analysis.noise import describe_spread, spread
 

@@ -15,9 +15,9 @@ from batchscope.analysis.trust import (LEVELS, Finding, clock_finding, drift_fin
                                        interval_finding, known, measured_interval_finding, noise_finding,
                                        outlier_finding, percentile_finding, processes_finding, spread_finding,
                                        tokens_finding)
+from batchscope.metric_catalogue import LATENCY_NAMES, latency_column
 from runners.schemas import PERCENTILES
 
-LATENCY = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E", "queue": "queue wait"}
 THROUGHPUT, MEMORY = "throughput", "memory"
 
 
@@ -25,9 +25,9 @@ def metric_of(column: str) -> str | None:
     """The metric a summary column shows: `throughput`, `ttft_p95`, …, `memory`; None for one not judged."""
     if column.startswith("output_tokens_per_s"):
         return THROUGHPUT
-    for name in LATENCY:
+    for name in LATENCY_NAMES:
         for p in PERCENTILES:
-            if column == f"{name}_ms_p{p}":
+            if column == latency_column(name, p):
                 return f"{name}_p{p}"
     return MEMORY if column.startswith("mem_") else None
 
@@ -37,17 +37,17 @@ def metric_name(metric: str) -> str:
     if metric in (THROUGHPUT, MEMORY):
         return metric
     name, p = metric.rsplit("_p", 1)
-    return f"P{p} {LATENCY[name]}"
+    return f"P{p} {LATENCY_NAMES[name]}"
 
 
 def judge(point: pd.Series, evidence: pd.Series | None) -> dict[str, list[Finding]]:
     """Every metric the point recorded → the checks that concern it, the main one first."""
     shared = _shared(point, evidence)
     found = {THROUGHPUT: _throughput(point, evidence) + shared}
-    for name in LATENCY:
+    for name in LATENCY_NAMES:
         samples = _samples(evidence, name)
         for p in PERCENTILES:
-            if known(point.get(f"{name}_ms_p{p}")):
+            if known(point.get(latency_column(name, p))):
                 sample = [] if samples is None else [
                     percentile_finding(samples, p, "inter-token gaps" if name == "itl" else "requests")]
                 found[f"{name}_p{p}"] = sample + shared

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from batchscope.analysis.axis import BATCH, SweepAxis
-from batchscope.analysis.curve import tok_s
+from batchscope.units import tok_s
 from batchscope.analysis.knee import PlateauCall
 from batchscope.analysis.marker import Marker, num
 from batchscope.analysis.slo import SLO, along, direction

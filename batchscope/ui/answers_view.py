@@ -11,7 +11,8 @@ from batchscope.analysis.cost import parse_price, setting_key
 from batchscope.analysis.regression import Comparison, compare, earlier_matches
 from batchscope.analysis.trust import LEVELS, RULES
 from batchscope.store import Store
-from batchscope.ui.run_view import ADDED_FOR, RunData
+from batchscope.ui.run_view import RunData
+from batchscope.ui.run_view_tables import ADDED_FOR
 
 
 def rules_table() -> pd.DataFrame:

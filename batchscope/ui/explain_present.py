@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import altair as alt
 
-from batchscope.explain_charts import resize
+from batchscope.explain.charts import resize
 
 PARAMS = ("run", "step", "present")
 DEFAULT_VIEWPORT = (1440, 900)  # a common laptop/projector size; the browser reports its own right after

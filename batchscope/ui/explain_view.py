@@ -8,10 +8,16 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope import story
 from batchscope.analysis import SLO
-from batchscope.chapters import continuous_chapter, parallel_chapter, quant_chapter
-from batchscope.explain import Step, contrast, explain_steps, measured, throughput_shape
+from batchscope.explain import partners
+from batchscope.explain.continuous import continuous_chapter
+from batchscope.explain.engines import contrast
+from batchscope.explain.parallel import parallel_chapter
+from batchscope.explain.quantised import quant_chapter
+from batchscope.explain.step import Step
+from batchscope.explain.throughput import throughput_shape
+from batchscope.explain.walk import explain_steps
+from batchscope.explain.words import measured
 from batchscope.ui.run_view import RunData
 
 OTHER_ENGINE = {"fast": "hf-generate", "hf-generate": "fast"}
@@ -45,10 +51,10 @@ def walk(data: RunData, runs: pd.DataFrame, load: Callable[[str], RunData | None
     def one(rid: str | None) -> tuple[dict[str, Any], Any] | None:
         return (told[rid].run, told[rid].analysis) if rid in told else None
 
-    tp, replicas = story.parallel_partners(data.run, runs, spec_of)
+    tp, replicas = partners.parallel_partners(data.run, runs, spec_of)
     chapters = (
-        continuous_chapter(own, [t for rid in story.continuous_partners(data.run, runs, spec_of) if (t := one(rid))], slo),
-        quant_chapter(own, [t for rid in story.quantised_partners(data.run, runs, spec_of) if (t := one(rid))]),
+        continuous_chapter(own, [t for rid in partners.continuous_partners(data.run, runs, spec_of) if (t := one(rid))], slo),
+        quant_chapter(own, [t for rid in partners.quantised_partners(data.run, runs, spec_of) if (t := one(rid))]),
         parallel_chapter(own, one(tp), one(replicas)),
     )
     return steps + [chapter for chapter in chapters if chapter is not None]
@@ -56,8 +62,8 @@ def walk(data: RunData, runs: pd.DataFrame, load: Callable[[str], RunData | None
 
 def related(run: dict[str, Any], runs: pd.DataFrame, spec_of: Callable[[str], dict | None]) -> list[str]:
     """Every run a chapter could use: one read per run, however many chapters use it."""
-    tp, replicas = story.parallel_partners(run, runs, spec_of)
-    return (story.continuous_partners(run, runs, spec_of) + story.quantised_partners(run, runs, spec_of)
+    tp, replicas = partners.parallel_partners(run, runs, spec_of)
+    return (partners.continuous_partners(run, runs, spec_of) + partners.quantised_partners(run, runs, spec_of)
             + [rid for rid in (tp, replicas) if rid])
 
 
@@ -77,7 +83,7 @@ def default_run(runs: pd.DataFrame, load: Callable[[str], RunData | None]) -> st
         model = data.run.get("model") or {}
         ranked.append((throughput_shape(data.table, data.analysis) in MAKES_THE_CASE, data.run.get("engine") == "fast",
                        len(measured(data.table, "output_tokens_per_s")), int(model.get("params") or 0),
-                       not story.is_quantised(data.run.get("dtype")), story.gpus(data.run.get("spec")) == (1, 1),
+                       not partners.is_quantised(data.run.get("dtype")), partners.gpus(data.run.get("spec")) == (1, 1),
                        str(run_id)))
     if ranked:
         return max(ranked)[-1]
@@ -103,7 +109,7 @@ def partner_run(run: dict[str, Any], table: pd.DataFrame, runs: pd.DataFrame, sp
     def rank(row: dict[str, Any]) -> tuple[int, bool, bool, int]:
         theirs = table_of(str(row["run_id"]))
         shared = own & set(measured(theirs, "decode_step_ms")["batch_size"].astype(int)) if theirs is not None else set()
-        return (len(shared), story.lengths(spec_of(str(row["run_id"]))) == story.lengths(run.get("spec")),
+        return (len(shared), partners.lengths(spec_of(str(row["run_id"]))) == partners.lengths(run.get("spec")),
                 row.get("state") == "done", int(row["points_ok"]))
 
     ranked = sorted(static, key=rank, reverse=True)

@@ -16,6 +16,7 @@ from batchscope.analysis.slo import SLO
 from batchscope.backends.local import device_key
 from batchscope.backends.ray_cluster import GpuType, placement_problem
 from batchscope.ui.slo_control import slo_param
+from batchscope.units import GiB
 from runners import distributions
 from runners.spec import SpecError, SweepSpec, model_context, parse_batch_sizes, problems, validate
 from runners.spec.sweep import check_draws
@@ -23,7 +24,6 @@ from runners.spec.sweep import check_draws
 LOCAL_DEVICES = ("auto", "cuda", "cpu")
 CLUSTER = "ray:"  # a Device value `ray:H200` sends the sweep to the Ray cluster's H200 GPUs
 H200_CAPACITY_BYTES = 150_109_880_320  # what torch reported on the H200 this project measured on
-GiB = 1024**3
 ESTIMATE_FIELDS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
                    "seed", "max_num_seqs", "arrival", "concurrency", "num_requests")
 PREVIEW_SAMPLES = 2000

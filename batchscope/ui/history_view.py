@@ -17,11 +17,11 @@ from batchscope.store import Store
 from batchscope.ui.overlay_compare import at_point, compared
 from batchscope.ui.run_view import RunData
 from batchscope.ui.tables import decimals
+from batchscope.units import GiB
 
 FILTER_COLUMNS = {"model": "model", "dtype": "dtype", "gpu": "GPU / device", "engine": "engine",
                   "state": "status"}
 MAX_OVERLAY = 10
-GiB = 1024**3
 # Key columns first: which run, how it ended, what it reached; then what it ran on; the long fingerprint last.
 RUNS_TABLE_COLUMNS = {
     "name": "name", "state": "status", "points_ok": "points ok", "points": "points",

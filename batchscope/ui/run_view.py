@@ -1,7 +1,7 @@
-"""The Run page's logic: progress and ETA wording, the points table, downloads and the fingerprint."""
+"""The Run page's logic: which run opens, progress and ETA wording, the workload, noise and marker words,
+the timeline's choices, and loading a run (its tables are in `run_view_tables`)."""
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass, fields
 from typing import Any
@@ -13,16 +13,11 @@ from batchscope.analysis.axis import AXES, SweepAxis, sweep_x
 from batchscope.analysis.marker import pct
 from batchscope.analysis.noise import describe_spread
 from batchscope.analysis.trust import NOISY_SPREAD
-from batchscope.analysis.verdicts import latency_words, throughput_words
 from batchscope.backends.ray_cluster import ranks
 from batchscope.store import Store
-from batchscope.ui import tables
 from runners.spec import SweepSpec, points
 
 LIVE_STATES = frozenset({"queued", "running"})
-GiB = 1024**3
-
-
 MIN_CURVE_POINTS = 3  # fewer ok points show no knee: a run worth opening first has at least this many
 
 
@@ -57,38 +52,6 @@ def is_live(progress: dict[str, Any]) -> bool:
 STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device's ceilings",
                "setup": "setting up the batch shape",
                "warmup": "warming up", "measure": "measuring"}
-# The points table, key columns first (what was run, how it ended, throughput, latency), units in the headers.
-TABLE_COLUMNS = {
-    "arrival_rate": "arrival req/s", "concurrency": "clients", "max_num_seqs": "max_num_seqs",
-    "batch_size": "batch", "status": "status", "added_for": "added by refinement",
-    "output_tokens_per_s": "output tok/s", "tokens_per_s_interval": "± % (95 % interval)",
-    "throughput_verdict": "throughput verdict",
-    "output_tokens_per_s_min": "tok/s min", "output_tokens_per_s_max": "tok/s max",
-    "ttft_ms_p50": "TTFT P50 ms", "ttft_ms_p95": "TTFT P95 ms", "ttft_ms_p99": "TTFT P99 ms",
-    "itl_ms_p50": "ITL P50 ms", "itl_ms_p95": "ITL P95 ms", "itl_ms_p99": "ITL P99 ms",
-    "e2e_ms_p50": "E2E P50 ms", "e2e_ms_p95": "E2E P95 ms", "e2e_ms_p99": "E2E P99 ms",
-    "queue_ms_p50": "queue P50 ms", "queue_ms_p95": "queue P95 ms", "queue_ms_p99": "queue P99 ms",
-    "latency_verdict": "latency verdict",
-    "goodput_rps": "goodput req/s", "goodput_slo": "goodput SLO",
-    "decode_step_ms": "decode step ms", "roofline_pct": "% of roofline", "bound": "bound",
-    "outlier_steps": "outlier steps (> 5× like steps)",
-    "predicted_tokens_per_s": "roofline tok/s", "predicted_step_ms": "roofline step ms", "prefill_ms": "prefill ms",
-    "requests_per_s": "requests/s", "input_tokens_per_s": "input tok/s",
-    "mem_peak_allocated": "peak alloc GiB", "mem_kv_allocated": "KV alloc GiB", "rss_bytes_max": "peak RSS GiB",
-    "kv_occupancy_mean": "KV occupancy mean %", "kv_occupancy_max": "KV occupancy max %",
-    "admission_waits": "admission waits (KV pool full)", "preemptions": "preemptions (recomputed)",
-    "kv_blocks_peak": "KV blocks peak", "kv_blocks_total": "KV blocks in pool",
-    "prefill_padding_waste": "prefill padding %", "decode_padding_waste": "decode padding %",
-    "gpu_util_pct": "GPU util %", "mem_ctrl_util_pct": "mem-ctrl util %", "sm_util_pct": "SM util %",
-    "tensor_active_pct": "tensor active %", "cpu_pct": "CPU % (100 = one core)",
-    "comm_ms_per_step": "all-reduce ms / step", "comm_share": "all-reduce share %",
-    "energy_per_output_token_j": "J / output token", "cost_per_mtok": "cost / 1M output tokens",
-    "output_tokens_per_s_per_gpu": "output tok/s per GPU", "setup_ms": "setup ms",
-}
-ADDED_FOR = {"slo": "SLO bracket", "knee": "knee bracket"}  # runners.spec.refine.REASONS in words
-BYTE_COLUMNS = ("mem_peak_allocated", "mem_kv_allocated", "rss_bytes_max")  # shown in GiB
-SHARE_COLUMNS = ("prefill_padding_waste", "decode_padding_waste", "comm_share", "kv_occupancy_mean",
-                 "kv_occupancy_max", "tokens_per_s_interval")  # 0..1, shown in %
 
 
 def format_duration(seconds: float | None) -> str:
@@ -206,49 +169,6 @@ def _current_words(current: dict[str, Any] | None, repeats: int | None, labels: 
     return " · ".join(words)
 
 
-def points_display(table: pd.DataFrame) -> pd.DataFrame:
-    """The table of every point that finished, with readable headers and units (sizes in GiB, shares
-    in %, each float column at the decimals its size deserves), each verdict beside the numbers it
-    concerns (analysis.verdicts) and whether refinement added it, and its cost when `table` went through cost.with_cost. A point that ran out of memory or
-    failed has no measurements, so it gets one line under the table (`failures`) instead of a row of
-    empty cells. Columns a run never recorded are left out."""
-    table = table[table["status"] == "ok"]
-    if "trust_metrics" in table:
-        table = table.assign(throughput_verdict=table["trust_metrics"].map(throughput_words),
-                             latency_verdict=table["trust_metrics"].map(latency_words))
-    columns = [c for c in TABLE_COLUMNS if c in table and table[c].notna().any() and c != "status"]
-    if "sweep_axis" in table and table["sweep_axis"].notna().all():
-        columns.remove("batch_size")  # a continuous point's batch_size repeats its limit or its clients
-    if "gpus" not in table or not (table["gpus"] > 1).any():
-        columns = [c for c in columns if c != "output_tokens_per_s_per_gpu"]  # one GPU: the same as output tok/s
-    shown = table.assign(x=sweep_x(table)).sort_values("x")
-    shown = shown.assign(**{c: shown[c] / GiB for c in BYTE_COLUMNS if c in columns},
-                         **{c: shown[c] * 100 for c in SHARE_COLUMNS if c in columns})
-    shown = shown.assign(**({"added_for": shown["added_for"].map(ADDED_FOR)} if "added_for" in columns else {}))
-    rates = {c: float for c in columns if c.endswith(("tokens_per_s", "per_gpu"))}
-    shown = tables.rounded(shown[columns].astype(rates))
-    return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
-
-
-def failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
-    """One line per point that did not finish, in a few words: "batch 256: out of memory: needed 15.98 GiB
-    more, 5.17 GiB of 139.80 GiB free" (the full text is in the CSV)."""
-    placed = table.assign(x=sweep_x(table))  # before filtering: an empty frame would adopt the x's index
-    failed = placed[placed["status"] != "ok"].sort_values("x")
-    return [f"{axis.at_start(row.x)}: {tables.failure_summary(row.status, getattr(row, 'error', None))}"
-            for row in failed.itertuples()]
-
-
-def request_failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
-    """One line per point that finished with some requests failed (an endpoint's refused connections, HTTP
-    errors, timeouts, truncated streams): "concurrency 64: 3 of 192 requests failed: HTTP 503 ×3 (...)"."""
-    if "error" not in table:
-        return []
-    placed = table.assign(x=sweep_x(table))
-    hit = placed[(placed["status"] == "ok") & placed["error"].notna()].sort_values("x")
-    return [f"{axis.at_start(row.x)}: {row.error}" for row in hit.itertuples()]
-
-
 def timeline_points(table: pd.DataFrame, axis: SweepAxis) -> dict[int, str]:
     """The ok points a step timeline can be drawn for: point index → "batch 64" / "arrival rate 4 req/s"."""
     ok = table[table["status"] == "ok"].assign(x=sweep_x(table)).sort_values("x")
@@ -272,23 +192,6 @@ def timeline_limits(table: pd.DataFrame, point_index: int) -> tuple[float | None
         return None if value is None or pd.isna(value) else float(value)
 
     return known("kv_capacity_tokens"), known("max_num_seqs"), known("kv_block_size")
-
-
-def csv_bytes(table: pd.DataFrame) -> bytes:
-    return table.to_csv(index=False).encode("utf-8")
-
-
-def parquet_bytes(table: pd.DataFrame) -> bytes:
-    buffer = io.BytesIO()
-    table.to_parquet(buffer, index=False)
-    return buffer.getvalue()
-
-
-def env_rows(env: dict[str, Any] | None) -> pd.DataFrame:
-    """The environment fingerprint as two text columns, so st.dataframe shows it without type guessing."""
-    if not env:
-        return pd.DataFrame(columns=["field", "value"])
-    return pd.DataFrame({"field": list(env), "value": ["—" if v is None else str(v) for v in env.values()]})
 
 
 def workload_lines(spec: dict[str, Any] | None) -> list[str]:

@@ -8,7 +8,6 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-GiB = 1024**3
 SUMMARY_CHARS = 90
 _CUDA_OOM = re.compile(r"Tried to allocate ([\d.]+ [KMG]iB).*?total capacity of ([\d.]+ [KMG]iB) of which "
                        r"([\d.]+ [KMG]iB) is free", re.S)

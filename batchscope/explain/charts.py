@@ -12,33 +12,33 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from batchscope import charts
+from batchscope.charts import frames, layout, palette
 from batchscope.analysis.axis import sweep_x
 
 WIDTH, HEIGHT = 720, 300
 EMPTY = ["x", "series", "value", "dashed"]
 GPU_UTILISATION = ("gpu_util_pct", "sm_util_pct", "tensor_active_pct", "dram_bw_util_pct")
 MEETS, MISSES = "#1b9e77", "#d62728"
-RULE_COLOURS = {**charts.MARKER_COLOURS, "ridge": "#555555"}
+RULE_COLOURS = {**palette.MARKER_COLOURS, "ridge": "#555555"}
 
 
 def throughput_chart(table: pd.DataFrame, analysis: Any) -> alt.LayerChart:
     """Measured output tokens/s with its repeat band, and the plateau, Kneedle and OOM rules."""
-    frame = charts.throughput_frame(table)
+    frame = frames.throughput_frame(table)
     frame = frame[frame["series"] == "measured"].assign(series="measured output tok/s", dashed=False)
     x = batch_x(table)
     layers = lines(frame, x, "output tokens/s")
     if not frame.empty:
         band = alt.Chart(frame).mark_area(opacity=0.18, color="#4c78a8").encode(x=x, y="lo:Q", y2="hi:Q")
         layers.insert(0, band)
-    rules = charts.marker_frame(analysis, table, kinds=("plateau", "kneedle", "OOM"))
+    rules = frames.marker_frame(analysis, table, kinds=("plateau", "kneedle", "OOM"))
     return panel(layers + marker_rules(rules, x), titled(frame, "output tokens/s (band: min–max of repeats)"))
 
 
 def latency_chart(table: pd.DataFrame, percentile: int = 95) -> alt.LayerChart:
     """TTFT and ITL at the presenter's percentile per batch, on a log scale (they differ by orders of magnitude)."""
-    frame = charts.latency_frame(table, percentile, metrics=("ttft", "itl"))
-    frame = frame[frame["series"] != "roofline decode step"].assign(dashed=False)
+    frame = frames.latency_frame(table, percentile, metrics=("ttft", "itl"))
+    frame = frame[frame["series"] != frames.ROOFLINE_STEP_SERIES].assign(dashed=False)
     return panel(lines(frame, batch_x(table), "latency (ms, log)", log=True),
                  titled(frame, f"P{percentile} latency (ms, log)"))
 
@@ -46,9 +46,9 @@ def latency_chart(table: pd.DataFrame, percentile: int = 95) -> alt.LayerChart:
 def utilisation_chart(table: pd.DataFrame) -> alt.LayerChart:
     """GPU busy-time and GPM counters (or CPU %) with throughput as % of its best, and the 90 % line."""
     gpu = "gpu_util_pct" in table and table["gpu_util_pct"].notna().any()
-    columns = {c: charts.UTILISATION_COLUMNS[c] for c in (GPU_UTILISATION if gpu else ("cpu_pct",))}
-    frame = charts.utilisation_frame(table, columns=columns).assign(dashed=False)
-    measured = charts.throughput_frame(table)
+    columns = {c: frames.UTILISATION_COLUMNS[c] for c in (GPU_UTILISATION if gpu else ("cpu_pct",))}
+    frame = frames.utilisation_frame(table, columns=columns).assign(dashed=False)
+    measured = frames.throughput_frame(table)
     measured = measured[measured["series"] == "measured"]
     if not measured.empty:
         share = measured.assign(series="throughput (% of its best)", value=100 * measured["value"] / measured["value"].max(),
@@ -63,24 +63,24 @@ def utilisation_chart(table: pd.DataFrame) -> alt.LayerChart:
 def memory_chart(table: pd.DataFrame, split: pd.DataFrame) -> alt.LayerChart:
     """Memory per finished batch, stacked by part, with the capacity line and OOM rules."""
     ok_split = split[split["status"] == "ok"] if "status" in split else split
-    frame = charts.memory_frame(ok_split)
+    frame = frames.memory_frame(ok_split)
     x = batch_x(table)
     base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY + ["order"]))
-    colour = alt.Color(**charts.memory_colour(None, {"orient": "bottom", "columns": 3}))
+    colour = alt.Color(**palette.memory_colour(None, {"orient": "bottom", "columns": 3}))
     layers: list[alt.Chart] = [base.mark_area(opacity=0.85, line=True).encode(
         x=x, y=alt.Y("value:Q", stack="zero", title="memory (GiB)"), color=colour, order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("series:N", title="part"), alt.Tooltip("x:Q", title="batch"),
                  alt.Tooltip("value:Q", title="GiB", format=",.2f")])]
     title = titled(frame, "memory (GiB), stacked")
-    capacity = charts.capacity_frame(table)
+    capacity = frames.capacity_frame(table)
     if not capacity.empty:
         used = frame.groupby("x")["value"].sum().max() if not frame.empty else 0.0
         top = float(capacity["value"].iloc[0])
-        if used > 0 and top > charts.CAPACITY_SCALE_LIMIT * used:
+        if used > 0 and top > layout.CAPACITY_SCALE_LIMIT * used:
             title += f" — capacity {top:,.1f} GiB is off the scale"
         else:
             layers += level_rule(top, str(capacity["label"].iloc[0]), "black")
-    oom = charts.marker_frame(None, table, kinds=("OOM",))
+    oom = frames.marker_frame(None, table, kinds=("OOM",))
     return panel(layers + marker_rules(oom, x), title)
 
 
@@ -93,7 +93,7 @@ def roofline_chart(table: pd.DataFrame, ridge: float | None) -> alt.LayerChart:
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=EMPTY)
     frame = frame.assign(value=pd.to_numeric(frame["value"], errors="coerce")).dropna(subset=["value"])
     frame = frame[frame["value"] > 0]
-    batches = charts.axis_values(table)
+    batches = frames.axis_values(table)
     title = titled(frame, "decode step (ms, log)")
     in_view = ridge is not None and batches and batches[0] / 4 <= ridge <= batches[-1] * 4
     x = batch_x(table, extra=(ridge,) if in_view else ())
@@ -109,13 +109,13 @@ def roofline_chart(table: pd.DataFrame, ridge: float | None) -> alt.LayerChart:
 def working_point_chart(table: pd.DataFrame, analysis: Any, slo: Any) -> alt.LayerChart:
     """The SLO's latency per batch, points green when they meet it, the SLO line and the working point."""
     metric, percentile = (slo.metric, slo.percentile) if slo is not None else ("ttft", 95)
-    frame = charts.latency_frame(table, percentile, metrics=(metric,))
-    frame = frame[frame["series"] != "roofline decode step"].assign(dashed=False)
-    tput = charts.throughput_frame(table)
+    frame = frames.latency_frame(table, percentile, metrics=(metric,))
+    frame = frame[frame["series"] != frames.ROOFLINE_STEP_SERIES].assign(dashed=False)
+    tput = frames.throughput_frame(table)
     tput = tput[tput["series"] == "measured"][["x", "value"]].rename(columns={"value": "tok_s"})
     frame = frame.merge(tput, on="x", how="left")
     x = batch_x(table)
-    y_title = f"{charts.LATENCY_METRICS[metric]} P{percentile} (ms, log)"
+    y_title = f"{frames.LATENCY_METRICS[metric]} P{percentile} (ms, log)"
     y = alt.Y("value:Q", title=y_title, scale=alt.Scale(type="log"))
     base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY + ["tok_s"]))
     meets = (alt.condition(f"datum.value <= {float(slo.ms)}", alt.value(MEETS), alt.value(MISSES))
@@ -126,7 +126,7 @@ def working_point_chart(table: pd.DataFrame, analysis: Any, slo: Any) -> alt.Lay
                                base.mark_point(size=110, filled=True).encode(x=x, y=y, color=meets, tooltip=tooltip)]
     if slo is not None:
         layers += level_rule(float(slo.ms), f"SLO {slo.name} ≤ {slo.ms:g} ms", MISSES)
-    rules = charts.marker_frame(analysis, table, kinds=("working point", "SLO limit", "OOM"))
+    rules = frames.marker_frame(analysis, table, kinds=("working point", "SLO limit", "OOM"))
     return panel(layers + marker_rules(rules, x), titled(frame, y_title))
 
 
@@ -183,7 +183,7 @@ def resize(chart: alt.TopLevelMixin, width: int, height: int, font: int = 15) ->
 
 def batch_x(*tables: pd.DataFrame, extra: tuple[float, ...] = (), title: str = "batch size (log2)") -> alt.X:
     """The log2 batch axis, ticked at every batch the tables hold; `extra` values are kept in view too."""
-    batches = charts.axis_values(*tables)
+    batches = frames.axis_values(*tables)
     span = batches + list(extra) or [1, 2]
     return alt.X("x:Q", title=title,
                  scale=alt.Scale(type="log", base=2, domain=[min(span) / 1.25, max(span) * 1.25]),

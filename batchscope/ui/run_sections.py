@@ -1,0 +1,134 @@
+"""The Run page's results, drawn below its progress strip: how the run ended, the linked charts and
+marker sentences, the price control, every point, one point's steps over time and the fingerprint.
+The words and tables come from `run_view` and `run_view_tables`; this module only lays them out."""
+from __future__ import annotations
+
+import streamlit as st
+
+from batchscope import charts, timeline
+from batchscope.analysis import SLO
+from batchscope.analysis.cost import at_working_point, device_type, with_cost
+from batchscope.store import Store
+from batchscope.ui import answers_view, run_view, run_view_tables, tables
+from batchscope.ui.plain_text import plain
+
+
+def show_outcome(progress: dict) -> None:
+    """How a finished run ended, in one message."""
+    state = progress.get("state")
+    if state == "failed":
+        st.error(plain(f"The sweep failed: {progress.get('error') or 'no error text recorded'}"))
+    elif state == "interrupted":
+        reason = progress.get("error") or "it was killed, or the app or machine restarted"
+        st.warning(plain(f"The runner stopped without finishing ({reason}); finished points are kept."))
+    elif state == "cancelled":
+        st.info("The sweep was cancelled; finished points are kept.")
+    elif state == "done" and progress.get("error"):  # some points failed (runners.outcome)
+        st.warning(plain(f"The sweep finished, but {progress['error']}"))
+    if progress.get("stopped_early"):
+        st.info(plain(progress["stopped_early"]))
+
+
+def show_results(store: Store, data: run_view.RunData, progress: dict, slo: SLO | None,
+                 percentile: int) -> None:
+    """Charts, marker sentences, the points table, downloads and the fingerprint."""
+    run_id = data.run["run_id"]
+    if data.analysis is None:
+        st.info(run_view.no_results_words(progress))
+        return
+    noisy = run_view.noise_warning(data.run, data.table, data.analysis.axis)
+    if noisy:
+        st.warning(plain(noisy), icon=":material/ssid_chart:")
+    st.vega_lite_chart(spec=charts.linked_charts(data.table, data.analysis, slo, percentile=percentile,
+                                                 memory_split=data.split, run=data.run.get("name") or run_id,
+                                                 per_gpu=data.per_gpu),
+                       width="content")
+    st.caption("Hover a point in any chart to highlight it in all of them and read its values. Dashed vertical "
+               "rules mark the knee markers and the working point; red rules mark out-of-memory batches.")
+    for line in (answers_view.trust_words(data.table, data.analysis.axis),
+                 answers_view.refinement_words(data.table, data.analysis.axis)):
+        if line:
+            st.caption(plain(line))
+    st.subheader("What the markers say")
+    for sentence in run_view.marker_sentences(data.analysis):
+        st.markdown(f"- {plain(sentence)}")
+    price = price_control(store, device_type(data.run))
+    cost_line = at_working_point(data.table, data.analysis.working_point, price)
+    if cost_line:
+        st.markdown(f"- {plain(cost_line)}")
+    st.subheader("Every point")
+    shown = run_view_tables.points_display(with_cost(data.table, price))
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
+    with st.expander("How each point's trust is judged", expanded=False):
+        st.caption("Each metric of a point (throughput, every latency percentile, memory) gets its own verdict: "
+                   "its worst check, with the reasons beside the numbers in the table and in each chart's tooltip. "
+                   "Checks whose data this run did not record are left out. A point is drawn hollow on the chart "
+                   "of a metric whose verdict is untrusted; the working point passes over a point whose throughput "
+                   "or SLO latency is untrusted, saying so.")
+        st.dataframe(answers_view.rules_table(), hide_index=True, width="stretch")
+    for line in run_view_tables.failures(data.table, data.analysis.axis) + run_view_tables.request_failures(data.table,
+                                                                                             data.analysis.axis):
+        st.caption(plain(line))
+    csv_col, parquet_col = st.columns(2)
+    csv_col.download_button("Download CSV", run_view_tables.csv_bytes(data.table), file_name=f"{run_id}.csv",
+                            mime="text/csv", icon=":material/download:")
+    parquet_col.download_button("Download Parquet", run_view_tables.parquet_bytes(data.table),
+                                file_name=f"{run_id}.parquet", mime="application/vnd.apache.parquet",
+                                icon=":material/download:")
+
+
+def price_control(store: Store, gpu: str) -> float | None:
+    """The price per GPU-hour of this run's GPU type: a setting kept in the history for every run on it."""
+    key = f"gpu_hour_price_{gpu}"
+    if key not in st.session_state:
+        st.session_state[key] = answers_view.stored_price(store, gpu)
+    price = st.number_input(f"Price per GPU-hour of {gpu} (for cost per 1M output tokens)", min_value=0.0,
+                            step=0.5, format="%.2f", key=key, placeholder="not set", disabled=bool(store.read_only),
+                            help=store.read_only or "Kept per GPU type for every run on it (and for `python -m "
+                                 "batchscope report`). Cost per 1M output tokens = price × GPUs ÷ (output tok/s × "
+                                 "3600) × 10⁶.")
+    if price != answers_view.stored_price(store, gpu):
+        answers_view.save_price(store, gpu, price)
+    return price
+
+
+def show_timeline(store: Store, data: run_view.RunData) -> None:
+    """One point's steps over time: slots, KV cache and token mix (the story behind its averages)."""
+    run_id = data.run["run_id"]
+    choices = run_view.timeline_points(data.table, data.analysis.axis) if data.analysis is not None else {}
+    if not choices:
+        return
+    with st.expander("Inside one point: its steps over time", expanded=False):
+        point_col, repeat_col = st.columns(2)
+        point = point_col.selectbox("Point", list(choices), format_func=choices.get, key=f"timeline_point_{run_id}")
+        steps = store.steps(run_id, point)
+        repeats = sorted(int(r) for r in steps["repeat"].unique() if r >= 0)
+        if not repeats:
+            st.info("This point recorded no steps.")
+            return
+        repeat = repeat_col.selectbox("Repeat", repeats, format_func=lambda r: f"repeat {r + 1}",
+                                      key=f"timeline_repeat_{run_id}")
+        steps = steps[steps["repeat"] == repeat]
+        replicas = run_view.step_replicas(steps)
+        if len(replicas) > 1:  # each replica steps on its own clock: one at a time
+            replica = st.selectbox("Replica", replicas, key=f"timeline_replica_{run_id}")
+            steps = steps[steps["replica"] == replica]
+        chart = timeline.timeline_chart(steps, *run_view.timeline_limits(data.table, point))
+        if chart is None:
+            st.info("This point's steps recorded no slot, KV cache or token counts.")
+            return
+        st.altair_chart(chart, width="content")
+        st.caption("A continuous point admits requests up to max_num_seqs and while the KV cache has room; a "
+                   "static batch keeps its width while its rows finish, so the gap between the two slot lines "
+                   "is padding the GPU still computes.")
+
+
+def show_fingerprint(data: run_view.RunData) -> None:
+    with st.expander("Environment fingerprint", expanded=False):
+        if not data.run.get("env"):
+            st.info("The runner has not recorded its environment yet.")
+        else:
+            st.dataframe(run_view_tables.env_rows(data.run["env"]), hide_index=True, width="stretch")
+        if data.run.get("calibration"):
+            st.caption("Measured ceilings (calibration)")
+            st.json(data.run["calibration"], expanded=False)
