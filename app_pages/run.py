@@ -13,7 +13,7 @@ from batchscope.analysis.cost import at_working_point, device_type, with_cost
 from batchscope.analysis.model_facts import quant_note
 from batchscope.endpoint_text import endpoint_lines
 from batchscope.team import actions
-from batchscope.ui import answers_view, form_state, resources, run_view, tables, team_view
+from batchscope.ui import answers_view, form_state, quant_error_view, resources, run_view, tables, team_view
 from batchscope.ui.history_view import overlay_labels
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import latency_choice, slo_control
@@ -235,6 +235,7 @@ def run_body(live_at_start: bool) -> None:
     accuracy = quant_note(data.run.get("model"))
     if accuracy:
         st.caption(plain(f"Accuracy vs bfloat16: {accuracy}"))
+    quant_error_view.show(store, run_id)
     live = run_view.is_live(progress)
     if progress.get("state") in run_view.LIVE_STATES:
         show_progress(progress, data.run.get("spec") or {}, len(data.table))
