@@ -11,7 +11,7 @@ import streamlit as st
 from batchscope.analysis.model_facts import quant_note
 from batchscope.endpoint_text import endpoint_lines
 from batchscope.team import actions
-from batchscope.ui import form_state, resources, run_sections, run_view, team_view
+from batchscope.ui import form_state, quant_error_view, resources, run_sections, run_view, team_view
 from batchscope.ui.history_view import overlay_labels
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import latency_choice, slo_control
@@ -115,6 +115,7 @@ def run_body(live_at_start: bool) -> None:
     accuracy = quant_note(data.run.get("model"))
     if accuracy:
         st.caption(plain(f"Accuracy vs bfloat16: {accuracy}"))
+    quant_error_view.show(store, run_id)
     live = run_view.is_live(progress)
     if progress.get("state") in run_view.LIVE_STATES:
         show_progress(progress, data.run.get("spec") or {}, len(data.table))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import duckdb
 
+from runners import contract
+
 from batchscope.runfolder import RunFolder
 from batchscope.store import POINT_TABLES, Store
 from batchscope.team.roles import LOCAL_USER
@@ -60,6 +62,7 @@ def ingest_run(store: Store, folder: str | Path, demo: bool = False, owner: str 
         report.warnings.extend(run.warnings)
         report.warnings.append(f"{run.path}: run not stored ({str(error).strip().splitlines()[0]}); skipped")
         return report
+    _ingest_quant_errors(store, run, report)
     stored_points = store.point_indices(run.run_id)
     for index in run.complete_points():
         if index in stored_points:
@@ -76,6 +79,17 @@ def _different_run(stored: dict, spec: dict | None, path: Path) -> bool:
         return False
     created = (spec or {}).get("created_at")
     return created is None or created != (stored.get("spec") or {}).get("created_at")
+
+
+def _ingest_quant_errors(store: Store, run: RunFolder, report: IngestReport) -> None:
+    """A quantised run's per-product errors, stored once (the runner writes the file whole, before any point)."""
+    table = run.quant_error()
+    if table is None:
+        return
+    try:
+        store.add_quant_errors(run.run_id, table)
+    except duckdb.Error as error:
+        report.warnings.append(f"{run.path / contract.QUANT_ERROR}: not stored ({str(error).strip().splitlines()[0]})")
 
 
 def _ingest_point(store: Store, run: RunFolder, index: int, report: IngestReport) -> bool:

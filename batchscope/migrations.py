@@ -143,9 +143,17 @@ _V10_MEASURED = [  # measuring until known (runners/schemas.py MEASURE_SUMMARY, 
 ] + [f"ALTER TABLE repeats ADD COLUMN {name} {kind}" for name, kind in (
     ("draw", "INTEGER"), ("replay", "INTEGER"), ("predicted_tokens_per_s", "DOUBLE"))]
 
+_V11_QUANT_ERROR = [  # a quantised run's per-product error against bfloat16 (runners/schemas.py QUANT_ERROR)
+    """CREATE TABLE quant_errors (
+        run_id VARCHAR NOT NULL, rows INTEGER, kernel VARCHAR, layer INTEGER, matrix VARCHAR, rel_error DOUBLE
+    )""",
+    "CREATE INDEX quant_errors_run ON quant_errors (run_id)",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
 MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
-                               _V6_OUTLIER_STEPS, _V7_TRUST, _V8_PAGED_KV, _V9_TEAM, _V10_MEASURED]
+                               _V6_OUTLIER_STEPS, _V7_TRUST, _V8_PAGED_KV, _V9_TEAM, _V10_MEASURED,
+                               _V11_QUANT_ERROR]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

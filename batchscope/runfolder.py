@@ -68,6 +68,10 @@ class RunFolder:
     def calibration(self) -> dict[str, Any] | None:
         return self.read_json(contract.CALIBRATION)
 
+    def quant_error(self) -> pa.Table | None:
+        """quant_error.parquet (quantised runs only), or None."""
+        return self._read_parquet(self.path / contract.QUANT_ERROR)
+
     def write_status(self, status: dict[str, Any]) -> None:
         """Replace status.json atomically (the app does this only while no runner owns the folder)."""
         contract.write_json(self.path / contract.STATUS, status)
@@ -92,7 +96,9 @@ class RunFolder:
 
     def read_point_table(self, point_index: int, kind: str) -> pa.Table | None:
         """One Parquet file of a point; None when missing, None plus a warning when it does not read."""
-        file = self.point_file(point_index, kind)
+        return self._read_parquet(self.point_file(point_index, kind))
+
+    def _read_parquet(self, file: Path) -> pa.Table | None:
         if not file.exists():
             return None
         try:

@@ -27,6 +27,7 @@ from batchscope.migrations import SchemaTooNewError
 from batchscope.store_file import StoreUnavailableError, connect
 
 POINT_TABLES = ("repeats", "requests", "steps", "samples")
+RUN_TABLES = ("quant_errors",)  # one file per run, not per point (runners/contract.py QUANT_ERROR)
 _JSON_FIELDS = ("spec", "status", "env", "model", "calibration")
 _STATUS_COLUMNS = ("state", "error", "stopped_early", "pid", "points_done", "points_total",
                    "started_at", "heartbeat_at", "finished_at", "status_json")
@@ -107,7 +108,7 @@ class Store:
             self.read_only: str | None = reason  # why this process cannot write the file; None when it can
             self._columns = {
                 table: [row[0] for row in self._con.execute(f"DESCRIBE {table}").fetchall()]
-                for table in ("runs", "points", *POINT_TABLES)
+                for table in ("runs", "points", *POINT_TABLES, *RUN_TABLES)
             }
 
     def close(self) -> None:
@@ -272,6 +273,11 @@ class Store:
             [run_id] * 4,
         )
 
+    def quant_errors(self, run_id: str) -> pd.DataFrame:
+        """A quantised run's per-product error against bfloat16: rows, kernel, layer, matrix, rel_error."""
+        return self._frame("SELECT rows, kernel, layer, matrix, rel_error FROM quant_errors WHERE run_id = ? "
+                           "ORDER BY rows, layer, matrix", [run_id])
+
     def calibration(self, key: str) -> dict[str, Any] | None:
         """The calibration.json last stored under `key` (GPU name + driver + dtype)."""
         row = self._cursor().execute("SELECT data_json FROM calibrations WHERE key = ?", [key]).fetchone()
@@ -411,7 +417,7 @@ class Store:
         with self._writing():
             self._con.execute("BEGIN TRANSACTION")
             try:
-                for table in ("points", *POINT_TABLES, "runs"):
+                for table in ("points", *POINT_TABLES, *RUN_TABLES, "runs"):
                     self._con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
                 self._con.execute("COMMIT")
             except BaseException:
@@ -462,6 +468,14 @@ class Store:
             except BaseException:
                 self._con.execute("ROLLBACK")
                 raise
+        return True
+
+    def add_quant_errors(self, run_id: str, rows: pa.Table) -> bool:
+        """Store a run's quant_error.parquet once; False, changing nothing, when the run has them already."""
+        with self._writing():
+            if self._con.execute("SELECT 1 FROM quant_errors WHERE run_id = ? LIMIT 1", [run_id]).fetchone():
+                return False
+            self._insert("quant_errors", run_id, rows)
         return True
 
     def _insert(self, table: str, run_id: str, rows: pa.Table) -> None:

@@ -17,6 +17,7 @@ SPEC, STATUS, ENV, MODEL, CALIBRATION, LOG = (
     "spec.json", "status.json", "env.json", "model.json", "calibration.json", "log.txt")
 POINTS = "points"
 SERVER_LOG = "server.log"  # the output of servers an endpoint sweep restarts (docs/run-folder.md)
+QUANT_ERROR = "quant_error.parquet"  # a quantised run's per-product error against bfloat16 (docs/run-folder.md)
 APP_WRITTEN = frozenset({SPEC, STATUS})  # what the app may leave in a folder before the runner starts
 # spec.json keys the app adds that are no sweep option (the runner ignores them): its id and time, and the
 # Ray cluster GPU type a run was sent to (docs/run-folder.md)

@@ -47,6 +47,10 @@ class ModelInfo:
     quant_token_agreement: float | None = None
     quant_accuracy: list[dict] | None = None
     quant_tiles: dict[str, list[int]] | None = None  # the Triton tile setup chose per matrix on this GPU
+    # each decoder matrix product's own relative error against bfloat16 (runners.quant_error): the largest
+    # kernel path's median and the worst product; every product is in quant_error.parquet
+    quant_layer_error_median: float | None = None
+    quant_layer_error_max: float | None = None
     tensor_parallel: int = 1  # over 1, weight_bytes and kv_bytes_per_token are one rank's shard
 
 

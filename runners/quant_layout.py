@@ -21,6 +21,7 @@ QUANT_DTYPES: dict[str, str] = {
             "product runs on int8 tensor cores. KV cache stays bfloat16. Runs on CPU and CUDA.",
 }
 QUANT_ENGINES = ("fast",)
+MATRICES = ("wqkv", "wo", "w13", "w2")  # the quantised matrices of each decoder layer, in the order a layer runs them
 ACTIVATION_BYTES = 2  # bfloat16
 QUANT_ELEMENT_BYTES = 1
 SCALE_BYTES = 4  # float32: what torch._scaled_mm's rowwise scales must be

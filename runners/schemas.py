@@ -53,6 +53,10 @@ SUMMARY = pa.schema(
     + MEASURE_SUMMARY
 )
 
+# quant_error.parquet, one per quantised run (runners/quant_error.py, docs/quantisation.md): each decoder
+# matrix product's relative error against bfloat16 per kernel path
+QUANT_ERROR = pa.schema([("rows", I), ("kernel", S), ("layer", I), ("matrix", S), ("rel_error", F)])
+
 DETAIL = {
     "repeats": pa.schema([("point_index", I), ("repeat", I), ("batch_size", I), ("wall_ms", F),
                           ("prefill_ms", F), ("decode_ms", F), ("output_tokens", I64), ("input_tokens", I64),

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from runners import cancel, contract, devices, fingerprint, models, outcome, parallel
+from runners import cancel, contract, devices, fingerprint, models, outcome, parallel, schemas
 from runners.calibrate import CalibrationError, calibrate
 from runners.engines import make_engine
 from runners.engines.base import Engine
@@ -18,10 +18,14 @@ from runners.metrics.summary import Summary
 from runners.modes import MODES, endpoint
 from runners.modes.context import PointContext, Stages
 from runners.progress import Progress
-from runners.runfolder import RunWriter, make_out_dir
+from runners.quant_error import LAYER_ERRORS
+from runners.runfolder import RunWriter, make_out_dir, write_parquet
 from runners.spec import Point, SweepSpec, point_count, points, refine
 from runners.spec.parallel import world_size
 from runners.telemetry import Sampler
+
+
+RANDOM_WEIGHTS = " (not meaningful on random weights: their near-flat logits flip on any change)"
 
 
 class Sweep:
@@ -115,10 +119,14 @@ class Sweep:
         loaded = models.load(spec.model, spec.dtype, self.device, spec.seed)
         engine: Engine = (make_engine(spec.engine, loaded) if team is None else
                           GroupEngine(local_engine(spec, loaded, team.group), team.group, spec.tensor_parallel > 1))
-        info = dataclasses.replace(loaded.info, **engine.facts())  # what the engine changed: quantised bytes, a shard
+        facts = engine.facts()
+        layer_errors = facts.pop(LAYER_ERRORS, None)  # a quantised run's per-product errors: their own file
+        info = dataclasses.replace(loaded.info, **facts)  # what the engine changed: quantised bytes, a shard
         self.folder.write_json(contract.ENV, fingerprint.collect(self.device, engine.version(), spec.tensor_parallel,
                                                                  spec.replicas))
         self.folder.write_json(contract.MODEL, dataclasses.asdict(info))
+        if layer_errors:
+            write_parquet(self.folder.root / contract.QUANT_ERROR, layer_errors, schemas.QUANT_ERROR)
         if spec.calibrate:
             self.stage(-1, None, "calibrate")
             try:
@@ -130,8 +138,11 @@ class Sweep:
         self.folder.log(f"model {info.name}: {info.params:,} params on {self.device}, engine {engine.version()}")
         for check in info.quant_accuracy or []:
             self.folder.log(f"{spec.dtype} weights ({info.weight_bytes:,} bytes), {check['rows']} rows through "
-                            f"{check['kernel']}: logits cosine vs bfloat16 {check['logits_cosine']:.4f} (worst "
-                            f"{check['logits_cosine_min']:.4f}), greedy tokens agree {check['token_agreement']:.1%}")
+                            f"{check['kernel']}: each product's error vs bfloat16 median "
+                            f"{check['layer_error_median']:.2%}, worst {check['layer_error_max']:.2%} "
+                            f"({check['layer_error_worst']}); logits cosine {check['logits_cosine']:.4f} (worst "
+                            f"{check['logits_cosine_min']:.4f}), greedy tokens agree {check['token_agreement']:.1%}"
+                            + (RANDOM_WEIGHTS if info.source == "preset" else ""))
         return PointContext(spec, self.device, info, engine, self.folder, self.sampler, self.stage)
 
 

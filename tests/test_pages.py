@@ -337,6 +337,14 @@ def test_run_page_shows_a_quantised_runs_accuracy_per_kernel_path(home, tmp_path
     assert re.search(r"4 rows through dequantise \+ F\.linear: logits cosine (0\.99\d\d|1\.0000)", accuracy)
     assert re.search(r"20 rows through int_mm int8 activations: logits cosine (0\.99\d\d|1\.0000)", accuracy)
     assert "These are random weights" in accuracy
+    assert "greedy tokens agree" in accuracy and "(not meaningful on random weights)" in accuracy
+    [errors] = [e for e in run_page.expander if e.label == "Per-layer error of the quantised products"]
+    paths = [m.value for m in errors.markdown]
+    assert len(paths) == 2 and paths[0].startswith("- 4 rows through dequantise") and "over 8 products" in paths[0]
+    assert "20 rows through int\\_mm int8 activations" in paths[1]
+    table = errors.dataframe[0].value
+    assert list(table.columns) == ["kernel path", "layer", "wqkv", "wo", "w13", "w2"] and len(table) == 4
+    assert ((table[["wqkv", "wo", "w13", "w2"]] > 0.3) & (table[["wqkv", "wo", "w13", "w2"]] < 1.5)).all().all()
 
 
 def test_new_sweep_batch_range_says_what_it_runs_and_names_a_bad_range_in_its_own_words(home) -> None:

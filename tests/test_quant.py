@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from batchscope.analysis.model_facts import model_facts, quant_note
+from batchscope.ingest import ingest_run
+from batchscope.store import Store
 from runners import devices, models, quant
 from runners.calibrate import calibrate, spec_sheet
 from runners.engines import fast_quant
@@ -173,6 +175,17 @@ def test_int8_sweep_end_to_end_records_quantised_weights_and_the_guard(tmp_path:
     summary = pq.read_table(out / "points" / "p0001.summary.parquet").to_pylist()[0]
     assert summary["status"] == "ok" and summary["mem_weights"] == model["weight_bytes"]
     assert "int8 weights" in quant_note(model) and quant_note(model_facts("tiny", "bfloat16")) is None
+    errors = pq.read_table(out / "quant_error.parquet").to_pylist()  # every product's own error, per kernel path
+    assert len(errors) == 2 * 2 * 4 and {e["rows"] for e in errors} == {4, 20}
+    assert model["quant_layer_error_max"] == max(e["rel_error"] for e in errors) < 0.015
+    assert "each product's error vs bfloat16 median" in (out / "log.txt").read_text()
+    assert "(not meaningful on random weights" in (out / "log.txt").read_text()
+    with Store(tmp_path / "history.duckdb") as store:
+        assert ingest_run(store, out).warnings == []
+        stored = store.quant_errors(out.name)
+        ingest_run(store, out)  # again: stored once
+        assert len(store.quant_errors(out.name)) == len(errors)
+    assert sorted(stored["rel_error"]) == sorted(e["rel_error"] for e in errors)
 
 
 def test_fp8_matmul_calibration_probe_and_spec_table() -> None:
@@ -194,6 +207,10 @@ def test_quant_note_says_each_kernel_path_and_what_random_weights_mean() -> None
     assert "4 rows through triton w8a16: logits cosine 0.8417, greedy tokens agree 12%" in note
     assert "20 rows through scaled_mm fp8 activations: logits cosine 0.7918, greedy tokens agree 5%" in note
     assert "random weights" in note
+    assert "greedy tokens agree 12% (not meaningful on random weights)" in note
+    assert "own error" not in note  # a run from before the per-product error says nothing of it
+    measured = quant_note({**model, "quant_layer_error_median": 0.0266, "quant_layer_error_max": 0.0379})
+    assert "each matrix product's own error vs bfloat16: median 2.66%, worst 3.79%" in measured
     local = {**model, "source": "local"}
     assert "random weights" not in quant_note(local)
     older = {**model_facts("llama-3.1-8b", "int8"), "quant_logits_rel_error": 0.079}

@@ -6,7 +6,8 @@ Ingest stores a point's summary file in the `points` table and each detail file 
 migration creates is dropped without a word at import, and a migration column no file carries stays null
 forever. These tests fail on either: every schema column has its DB column, created by a migration, of the
 matching type; every DB column of those tables comes from a schema column or is listed in DB_ONLY with its
-reason; and one point written with every column set comes back from the DB with every value.
+reason; and one point written with every column set comes back from the DB with every value. The same
+holds for the files a run has once (RUN_FILE_TABLES: a quantised run's quant_error.parquet).
 """
 from __future__ import annotations
 
@@ -27,10 +28,13 @@ FILE_TABLES: dict[str, tuple[str, pa.Schema]] = {
     **{kind: (kind, schema) for kind, schema in schemas.DETAIL.items()},
 }
 
+# files a run has once, not per point (batchscope.ingest stores each in its table)
+RUN_FILE_TABLES: dict[str, tuple[str, pa.Schema]] = {contract.QUANT_ERROR: ("quant_errors", schemas.QUANT_ERROR)}
+
 # columns of those tables that no point file carries, each with why
 DB_ONLY: dict[tuple[str, str], str] = {
     (table, "run_id"): "the run a row belongs to: the run folder's name (Store.add_point adds it), not a file column"
-    for table, _ in FILE_TABLES.values()
+    for table, _ in (*FILE_TABLES.values(), *RUN_FILE_TABLES.values())
 }
 
 # Arrow type → the DuckDB type its migration must declare (the only types runners/schemas.py uses)
@@ -83,7 +87,7 @@ def test_every_point_file_has_its_table_and_every_table_its_file() -> None:
 
 
 def test_every_schema_column_has_its_migrated_db_column_and_the_reverse() -> None:
-    assert mismatches(FILE_TABLES, migrated_columns(), DB_ONLY) == []
+    assert mismatches({**FILE_TABLES, **RUN_FILE_TABLES}, migrated_columns(), DB_ONLY) == []
 
 
 def test_the_comparison_names_a_column_added_to_one_side_only() -> None:
@@ -127,13 +131,16 @@ def test_a_point_with_every_column_set_comes_back_from_the_db_with_every_value(t
         write_parquet(folder / contract.POINTS / contract.point_file(0, kind), [written[kind]], schemas.DETAIL[kind])
     write_parquet(folder / contract.POINTS / contract.point_file(0, "summary"), [written["summary"]],
                   schemas.SUMMARY)
+    for name, (_, schema) in RUN_FILE_TABLES.items():
+        written[name] = {column.name: _value(column, i) for i, column in enumerate(schema)}
+        write_parquet(folder / name, [written[name]], schema)
 
     with Store(tmp_path / "history.duckdb") as store:
         report = ingest_run(store, folder)
     assert (report.points_added, report.warnings) == (1, [])
     con = duckdb.connect(str(tmp_path / "history.duckdb"), read_only=True)
     try:
-        for kind, (table, schema) in FILE_TABLES.items():
+        for kind, (table, schema) in {**FILE_TABLES, **RUN_FILE_TABLES}.items():
             names = ", ".join(f'"{name}"' for name in schema.names)
             rows = con.execute(f"SELECT {names} FROM {table} WHERE run_id = ?", [folder.name]).fetchall()
             assert len(rows) == 1, f"{table}: {len(rows)} rows"

@@ -55,7 +55,7 @@ def model_facts(model_name_or_path: str, dtype: str) -> dict[str, Any]:
         "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "intermediate": inter, "vocab": vocab,
         "context": config["max_position_embeddings"], "dtype": dtype,
         "quant_logits_cosine": None, "quant_token_agreement": None, "quant_accuracy": None,  # measured at load
-        "quant_tiles": None,
+        "quant_tiles": None, "quant_layer_error_median": None, "quant_layer_error_max": None,
         "tensor_parallel": 1,  # a tensor-parallel run's model.json holds one rank's byte counts instead
     }
 
@@ -69,16 +69,28 @@ def quant_note(model: dict[str, Any] | None) -> str | None:
     amount = f"{weight_bytes / 1e9:.2f} GB" if weight_bytes >= 1e8 else f"{weight_bytes / 1e6:.2f} MB"
     size = f"{model['dtype']} weights ({amount} with scales; embeddings, norms and lm_head in bfloat16)"
     checks = model.get("quant_accuracy") or []
+    random = model.get("source") == "preset"
     if checks:
+        meaningless = " (not meaningful on random weights)" if random else ""
         paths = "; ".join(f"{c['rows']} rows through {c['kernel']}: logits cosine {c['logits_cosine']:.4f}, "
-                          f"greedy tokens agree {c['token_agreement']:.0%}" for c in checks)
-        said = f"{size}, against the bfloat16 model on the same weights over 32 teacher-forced decode steps — {paths}."
+                          f"greedy tokens agree {c['token_agreement']:.0%}{meaningless}" for c in checks)
+        said = (f"{size}{product_words(model)}. Against the bfloat16 model on the same weights over 32 "
+                f"teacher-forced decode steps — {paths}.")
     elif model.get("quant_logits_rel_error") is not None:
         said = (f"{size}: last-position logits differ from the bfloat16 model on the same weights by "
                 f"{model['quant_logits_rel_error']:.2%} (relative L2).")
     else:
         return None
-    if model.get("source") == "preset":
-        said += (" These are random weights: their logits are nearly flat noise, so the numbers say how much the "
-                 "quantised kernels change this network's output, not how a trained model's answers would change.")
+    if random:
+        said += (" These are random weights: their logits are nearly flat noise, so the end-to-end numbers say how "
+                 "much the quantised kernels change this network's output, not how a trained model's answers "
+                 "would change; the per-product error does not depend on that.")
     return said
+
+
+def product_words(model: dict[str, Any]) -> str:
+    """`; each matrix product's own error vs bfloat16: median 0.90%, worst 0.97%`, when the run measured it."""
+    median, worst = model.get("quant_layer_error_median"), model.get("quant_layer_error_max")
+    if median is None or worst is None:
+        return ""
+    return f"; each matrix product's own error vs bfloat16: median {median:.2%}, worst {worst:.2%}"

@@ -6,7 +6,10 @@ and greedy tokens of GUARD_STEPS decode steps; after quantising (and compiling),
 step (the captured graph on a GPU) replays them teacher-forced: each step is fed the bfloat16 token, so
 one early disagreement does not make every later step disagree. Per decode step and row it keeps the
 cosine similarity of the logits and whether the argmax is the bfloat16 token. The switch to tensor cores
-above `tensor_core_rows` rows gets its own check, with the prompts repeated past it.
+above `tensor_core_rows` rows gets its own check, with the prompts repeated past it. The bfloat16 prefill
+also records each matrix product's input, so every product's own error is measured per kernel path
+(runners.quant_error): the figure that says what the format costs, where the end-to-end ones on random
+weights do not.
 """
 from __future__ import annotations
 
@@ -22,8 +25,9 @@ from runners.engines.fast_model import DecodeState, FastDecoder
 from runners.engines.ragged import Chunk, pack
 from runners.kv_layout import cache_len
 from runners.quant import QuantWeight, kernel_for, linear, quantize
+from runners.quant_layout import MATRICES
+from runners.quant_error import LAYER_ERRORS, Product, ProductRecorder, layer_errors, model_summary, path_summary
 
-MATRICES = ("wqkv", "wo", "w13", "w2")
 GUARD_ROWS, GUARD_PROMPT_LEN, GUARD_STEPS = 4, 32, 32
 StepRunner = Callable[[DecodeState], Callable[[], Tensor]]  # warm (and capture) a state; returns its step
 
@@ -35,6 +39,7 @@ class Reference:
     prompts: Tensor  # [GUARD_ROWS, GUARD_PROMPT_LEN] token ids
     tokens: Tensor  # [GUARD_ROWS, 1 + GUARD_STEPS]: the prefill's greedy token, then each decode step's
     logits: Tensor  # [GUARD_STEPS, GUARD_ROWS, vocab] float32: each decode step's
+    products: list[Product]  # each decoder matrix product of the prefill, with its input (runners.quant_error)
 
 
 @torch.no_grad()
@@ -73,9 +78,16 @@ def reference_run(decoder: FastDecoder, seed: int = 0) -> Reference:
     gen = torch.Generator().manual_seed(seed)
     prompts = torch.randint(1, decoder.embed.shape[0], (GUARD_ROWS, GUARD_PROMPT_LEN), generator=gen)
     state = _fresh_state(decoder, GUARD_ROWS)
-    _prefill(decoder, state, prompts)
+    with ProductRecorder(_matrices(decoder)) as recorder:
+        _prefill(decoder, state, prompts)
     logits = torch.stack([decoder.decode_step(state).float() for _ in range(GUARD_STEPS)])
-    return Reference(prompts, state.out[:, :1 + GUARD_STEPS].cpu(), logits)
+    return Reference(prompts, state.out[:, :1 + GUARD_STEPS].cpu(), logits, recorder.products)
+
+
+def _matrices(decoder: FastDecoder) -> dict[int, tuple[Tensor, int, str]]:
+    """Each bfloat16 decoder matrix by identity → (the tensor, its layer, its name), for ProductRecorder."""
+    return {id(w): (w, i, name) for i, layer in enumerate(decoder.layers) for name in MATRICES
+            if isinstance(w := getattr(layer, name), Tensor)}
 
 
 @torch.inference_mode()
@@ -115,17 +127,22 @@ def guard_rows(tensor_core_rows: int) -> list[int]:
 def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: str,
                         step_runner: StepRunner, prepare: Callable[[], None]) -> dict[str, Any]:
     """Record the bfloat16 reference, quantise in place, `prepare` the decoder (compile), warm the
-    kernels (choosing the Triton tiles), then check every kernel path against the reference; returns
-    model.json's accuracy fields and the tiles."""
+    kernels (choosing the Triton tiles), measure each product's error per kernel path, then check every
+    kernel path end to end against the reference; returns model.json's accuracy fields, the tiles, and
+    under LAYER_ERRORS the per-product rows (quant_error.parquet)."""
     reference = reference_run(decoder)
     quantize_decoder(decoder, hf_model, dtype)
     prepare()
     tiles = warm_kernels(decoder)
-    checks = [accuracy(decoder, reference, rows, step_runner)
-              for rows in guard_rows(decoder.layers[0].wqkv.tensor_core_rows)]
+    paths = guard_rows(decoder.layers[0].wqkv.tensor_core_rows)
+    weight_of = {(i, name): getattr(layer, name) for i, layer in enumerate(decoder.layers) for name in MATRICES}
+    with torch.inference_mode():  # the recorded products are inference tensors
+        errors = layer_errors(reference.products, weight_of, paths)
+    reference.products.clear()  # their inputs and outputs take memory the graphs below can use
+    checks = [{**accuracy(decoder, reference, rows, step_runner), **path_summary(errors, rows)} for rows in paths]
     return {"quant_logits_cosine": min(c["logits_cosine"] for c in checks),
             "quant_token_agreement": min(c["token_agreement"] for c in checks),
-            "quant_accuracy": checks, "quant_tiles": tiles or None}
+            "quant_accuracy": checks, "quant_tiles": tiles or None, **model_summary(errors), LAYER_ERRORS: errors}
 
 
 def warm_kernels(decoder: FastDecoder) -> dict[str, list[int]]:
