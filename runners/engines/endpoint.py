@@ -25,6 +25,10 @@ from runners.engines.sse import CompletionStream
 from runners.scheduler import Arrivals, Request
 
 CHECK_S = 0.1  # the dispatcher looks for a cancel at least this often
+CLOCK_PROBES = 5  # reads of the server's clock before a repeat; the quickest round trip sets the offset
+CLOCK_HEADER = "X-Server-Clock"  # runners.serve's perf_counter, on its /v1/models answer
+# runners.serve's server_timing, in the order they happen to a request (runners.serve's doc says what each is)
+SERVER_STAMPS = ("received", "submitted", "handed", "admitted", "first_token", "first_flush")
 DETAIL_CHARS = 200
 API_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
 LENGTH_TEXT = {"ignore_eos": "forced by ignore_eos", "min_tokens": "forced by min_tokens", "none": "not forced"}
@@ -92,6 +96,17 @@ class Outcome:
     completion_tokens: int | None = None
     error: str | None = None  # the kind of failure: "connection refused", "HTTP 503", "timeout", ...
     detail: str = ""  # its text, for the point's message
+    server: dict[str, float] = field(default_factory=dict)  # the server's own times (SERVER_STAMPS) where it
+    # sent them, moved onto this repeat's clock by the measured offset
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The server's clock against this process's perf_counter: server − client, within ± error (half the
+    round trip of the quickest of CLOCK_PROBES reads)."""
+
+    offset_s: float
+    error_s: float
 
 
 @dataclass
@@ -100,6 +115,7 @@ class Served:
 
     outcomes: list[Outcome]
     start: float  # perf_counter seconds
+    clock: Clock | None = None  # None: the server tells no clock (it is not `runners serve`)
 
     @property
     def end_s(self) -> float:
@@ -173,12 +189,14 @@ class EndpointClient:
         outcomes: list[Outcome] = []
         connector = aiohttp.TCPConnector(limit=0)  # the load, not a pool size, sets how many are in flight
         async with aiohttp.ClientSession(connector=connector, headers=self.headers, timeout=self.timeout) as session:
+            clock = await self._clock(session)
             start = time.perf_counter()
             while len(outcomes) < len(requests):
                 cancel.check()
                 now = time.perf_counter() - start
                 for r in source.arrived(now):
-                    task = asyncio.create_task(self._one(session, r, prompts[r.index], start, f"{tag}/{r.index}"))
+                    task = asyncio.create_task(self._one(session, r, prompts[r.index], start, f"{tag}/{r.index}",
+                                                         clock))
                     by_task[task] = r
                 due = source.next_time()
                 wait = CHECK_S if due is None else min(CHECK_S, max(0.0, due - (time.perf_counter() - start)))
@@ -190,9 +208,29 @@ class EndpointClient:
                     outcome = task.result()
                     outcomes.append(outcome)
                     source.finished(by_task.pop(task), outcome.end_s)
-        return Served(sorted(outcomes, key=lambda o: o.index), start)
+        return Served(sorted(outcomes, key=lambda o: o.index), start, clock)
 
-    async def _one(self, session: aiohttp.ClientSession, r: Request, prompt: Any, start: float, user: str) -> Outcome:
+    async def _clock(self, session: aiohttp.ClientSession) -> Clock | None:
+        """The server's clock offset, from CLOCK_PROBES reads of /v1/models (NTP's estimate: the server read
+        its clock halfway through the round trip); None when the server does not send its clock."""
+        reads = []
+        for _ in range(CLOCK_PROBES):
+            sent = time.perf_counter()
+            try:
+                async with session.get(f"{self.url}/models") as response:
+                    await response.read()
+                    told = response.headers.get(CLOCK_HEADER)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                return None  # the measured requests will say what is wrong
+            got = time.perf_counter()
+            if told is None:
+                return None
+            reads.append((got - sent, float(told) - (sent + got) / 2))
+        trip, offset = min(reads)
+        return Clock(offset, trip / 2)
+
+    async def _one(self, session: aiohttp.ClientSession, r: Request, prompt: Any, start: float, user: str,
+                   clock: Clock | None) -> Outcome:
         caps = self.caps
         out = Outcome(r.index, r.arrival_s, time.perf_counter() - start)
         stream = CompletionStream(chat=caps.api == "chat")
@@ -218,6 +256,9 @@ class EndpointClient:
         out.end_s = time.perf_counter() - start
         out.chunk_s = stream.chunk_s
         out.prompt_tokens, out.completion_tokens = stream.count("prompt_tokens"), stream.count("completion_tokens")
+        told = stream.server_timing or {}
+        if clock is not None and all(isinstance(told.get(k), (int, float)) for k in SERVER_STAMPS):
+            out.server = {k: told[k] - clock.offset_s - start for k in SERVER_STAMPS}
         out.detail = out.detail[:DETAIL_CHARS]
         return out
 
