@@ -189,7 +189,7 @@ class EndpointClient:
         source = Arrivals(list(requests), **arrivals)
         outcomes: list[Outcome] = []
         failures: list[BaseException] = []
-        in_flight: set[asyncio.Task] = set()
+        in_flight: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks: these hold them
         wake = asyncio.Event()
         connector = aiohttp.TCPConnector(limit=0)  # the load, not a pool size, sets how many are in flight
         async with aiohttp.ClientSession(connector=connector, headers=self.headers, timeout=self.timeout) as session:
@@ -218,10 +218,10 @@ class EndpointClient:
 
             while len(outcomes) < len(requests) and not failures:
                 cancel.check()
+                wake.clear()  # before sending: a request that ends from here on wakes the loop
                 send()
                 due = source.next_time()
                 wait = CHECK_S if due is None else min(CHECK_S, max(0.0, due - (time.perf_counter() - start)))
-                wake.clear()
                 try:
                     await asyncio.wait_for(wake.wait(), wait)
                 except asyncio.TimeoutError:
