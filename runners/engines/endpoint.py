@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from runners.scheduler import Arrivals, Request
 
 CHECK_S = 0.1  # the dispatcher looks for a cancel at least this often
 CLOCK_PROBES = 5  # reads of the server's clock before a repeat; the quickest round trip sets the offset
+JSON_TYPE = {"Content-Type": "application/json"}
 CLOCK_HEADER = "X-Server-Clock"  # runners.serve's perf_counter, on its /v1/models answer
 # runners.serve's server_timing, in the order they happen to a request (runners.serve's doc says what each is)
 SERVER_STAMPS = ("received", "submitted", "handed", "admitted", "first_token", "first_flush")
@@ -186,6 +188,8 @@ class EndpointClient:
         """Each request is sent from the done-callback of the one that frees its client (a closed loop) or
         by the dispatcher when due (Poisson): no hop through a loop that looks at every request in flight."""
         requests = [Request(i, 0, n) for i, n in enumerate(output_lens)]
+        bodies = [json.dumps(request_body(self.caps, self.model, prompts[r.index], r.output_len, True,
+                                          f"{tag}/{r.index}")).encode() for r in requests]
         source = Arrivals(list(requests), **arrivals)
         outcomes: list[Outcome] = []
         failures: list[BaseException] = []
@@ -199,8 +203,7 @@ class EndpointClient:
 
             def send() -> None:
                 for r in source.arrived(time.perf_counter() - start):
-                    task = asyncio.create_task(self._one(session, r, prompts[r.index], start, f"{tag}/{r.index}",
-                                                         clock))
+                    task = asyncio.create_task(self._one(session, r, bodies[r.index], start, clock))
                     in_flight.add(task)
                     task.add_done_callback(lambda t, r=r: done(t, r))
 
@@ -261,15 +264,15 @@ class EndpointClient:
         trip, offset = min(reads)
         return Clock(offset, trip / 2)
 
-    async def _one(self, session: aiohttp.ClientSession, r: Request, prompt: Any, start: float, user: str,
+    async def _one(self, session: aiohttp.ClientSession, r: Request, body: bytes, start: float,
                    clock: Clock | None) -> Outcome:
+        """One request, its `body` already JSON (encoded before the repeat started, outside its times)."""
         caps = self.caps
         out = Outcome(r.index, r.arrival_s, time.perf_counter() - start)
         stream = CompletionStream(chat=caps.api == "chat")
         streaming = False  # the server answered 2xx: a connection lost from here on cut a stream short
-        body = request_body(caps, self.model, prompt, r.output_len, True, user)
         try:
-            async with session.post(self.url + API_PATHS[caps.api], json=body) as response:
+            async with session.post(self.url + API_PATHS[caps.api], data=body, headers=JSON_TYPE) as response:
                 if response.status >= 400:
                     out.error, out.detail = f"HTTP {response.status}", await _message(response)
                 else:
