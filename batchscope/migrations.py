@@ -150,10 +150,18 @@ _V11_QUANT_ERROR = [  # a quantised run's per-product error against bfloat16 (ru
     "CREATE INDEX quant_errors_run ON quant_errors (run_id)",
 ]
 
+_V12_TTFT_PARTS = [  # an endpoint request's TTFT part by part (runners/schemas.py TTFT_PARTS, ENDPOINT_SUMMARY)
+    f"ALTER TABLE requests ADD COLUMN {part} DOUBLE" for part in (
+        "ttft_client_ms", "ttft_uplink_ms", "ttft_parse_ms", "ttft_step_wait_ms", "ttft_queue_ms",
+        "ttft_prefill_ms", "ttft_flush_ms", "ttft_downlink_ms")
+] + [f"ALTER TABLE points ADD COLUMN {name} DOUBLE" for name in (
+    "ttft_client_ms_p50", "ttft_uplink_ms_p50", "ttft_parse_ms_p50", "ttft_step_wait_ms_p50", "ttft_queue_ms_p50",
+    "ttft_prefill_ms_p50", "ttft_flush_ms_p50", "ttft_downlink_ms_p50", "clock_error_ms")]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
 MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
                                _V6_OUTLIER_STEPS, _V7_TRUST, _V8_PAGED_KV, _V9_TEAM, _V10_MEASURED,
-                               _V11_QUANT_ERROR]
+                               _V11_QUANT_ERROR, _V12_TTFT_PARTS]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

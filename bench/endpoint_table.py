@@ -1,46 +1,33 @@
-"""Markdown table of bench/endpoint_vs_inprocess.sh: per concurrency, output tok/s in-process and through
-`runners serve` (and their ratio: the bar is within 10 %), TTFT and ITL P50 of both, and the HTTP overhead
-(client − the server engine's own time, from the server's --timings log) at the median.
+"""Markdown tables of bench/endpoint_vs_inprocess.sh, one per workload: per concurrency, output tok/s
+in-process and through `runners serve` (and their ratio: the bar is ≥ 0.90), TTFT and ITL P50 of both, and
+the served TTFT's P50 part by part (runners.schemas.TTFT_PARTS: the client's dispatch, uplink, the server's
+parsing, the wait for the step in flight, the scheduler's queue, prefill, flush, downlink), with the clock
+offset's error.
 
-Reads run folders with pyarrow only (the GPU host has no DuckDB). Usage: endpoint_table.py OUT_DIR
+Reads run folders named `inprocess-<workload>-*` and `served-<workload>-*` with pyarrow only (the GPU host
+has no DuckDB). Usage: endpoint_table.py OUT_DIR
 """
 from __future__ import annotations
 
-import json
-import statistics
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def summaries(out: Path, side: str) -> dict[int, dict]:
-    """Point summaries of a side's sweeps by concurrency."""
+from runners.schemas import TTFT_PARTS
+
+PART_NAMES = [part.removeprefix("ttft_").removesuffix("_ms") for part in TTFT_PARTS]
+
+
+def summaries(out: Path, side: str, workload: str) -> dict[int, dict]:
+    """Point summaries of one side's sweeps of a workload, by concurrency."""
     rows = {}
-    for path in sorted(out.glob(f"{side}-*/points/*.summary.parquet")):
+    for path in sorted(out.glob(f"{side}-{workload}-*/points/*.summary.parquet")):
         row = pq.read_table(path).to_pylist()[0]
         rows[row["concurrency"] or row["batch_size"]] = row
     return rows
-
-
-def overheads(out: Path) -> dict[int, tuple[float, float]]:
-    """Median (TTFT, E2E) overhead in ms per concurrency: the client's time minus the server engine's."""
-    engine = {}
-    timings = out / "timings.jsonl"
-    for line in timings.read_text().splitlines() if timings.exists() else []:
-        record = json.loads(line)
-        engine[record["user"]] = record
-    found: dict[int, tuple[list[float], list[float]]] = {}
-    for path in sorted(out.glob("served-*/points/*.requests.parquet")):
-        run = path.parents[1].name
-        for row in pq.read_table(path).to_pylist():
-            own = engine.get(f"{run}/p{row['point_index']}/r{row['repeat']}/{row['request_index']}")
-            if own is None:
-                continue
-            ttft, e2e = found.setdefault(row["batch_size"], ([], []))
-            ttft.append(row["ttft_ms"] - (own["tokens"][0] - own["received"]) * 1e3)
-            e2e.append(row["e2e_ms"] - (own["tokens"][-1] - own["received"]) * 1e3)
-    return {c: (statistics.median(t), statistics.median(e)) for c, (t, e) in found.items()}
 
 
 def cell(row: dict | None, key: str, digits: int = 1) -> str:
@@ -52,20 +39,29 @@ def cell(row: dict | None, key: str, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
-def main(out: Path) -> None:
-    local, served, extra = summaries(out, "inprocess"), summaries(out, "served"), overheads(out)
-    print("| concurrency | in-process out tok/s | served out tok/s | served / in-process | TTFT P50 in / served ms "
-          "| ITL P50 in / served ms | HTTP overhead TTFT / E2E ms (median) | failed requests |")
-    print("|---|---|---|---|---|---|---|---|")
+def table(out: Path, workload: str) -> list[str]:
+    local, served = summaries(out, "inprocess", workload), summaries(out, "served", workload)
+    lines = [f"### {workload}", "",
+             "| concurrency | out tok/s in / served | served / in | TTFT P50 in / served ms | ITL P50 in / served ms | "
+             + " | ".join(PART_NAMES) + " | clock ± ms | failed requests |",
+             "|---" * (7 + len(PART_NAMES)) + "|"]
     for c in sorted(set(local) | set(served)):
         a, b = local.get(c), served.get(c)
         ok = a is not None and b is not None and a["status"] == b["status"] == "ok"
         ratio = f"{b['output_tokens_per_s'] / a['output_tokens_per_s']:.3f}" if ok else "—"
-        over = extra.get(c)
-        print(f"| {c} | {cell(a, 'output_tokens_per_s')} | {cell(b, 'output_tokens_per_s')} | {ratio} | "
-              f"{cell(a, 'ttft_ms_p50')} / {cell(b, 'ttft_ms_p50')} | {cell(a, 'itl_ms_p50', 2)} / "
-              f"{cell(b, 'itl_ms_p50', 2)} | {f'{over[0]:.2f} / {over[1]:.2f}' if over else '—'} | "
-              f"{(b or {}).get('error') or 'none'} |")
+        parts = " | ".join(cell(b, f"{part}_p50", 2) for part in TTFT_PARTS)
+        lines.append(f"| {c} | {cell(a, 'output_tokens_per_s')} / {cell(b, 'output_tokens_per_s')} | {ratio} | "
+                     f"{cell(a, 'ttft_ms_p50')} / {cell(b, 'ttft_ms_p50')} | {cell(a, 'itl_ms_p50', 2)} / "
+                     f"{cell(b, 'itl_ms_p50', 2)} | {parts} | {cell(b, 'clock_error_ms', 3)} | "
+                     f"{(b or {}).get('error') or 'none'} |")
+    return lines + [""]
+
+
+def main(out: Path) -> None:
+    workloads = sorted({p.name.split("-")[1] for p in out.glob("served-*-*")})
+    print("Served TTFT parts: P50 in ms of each (they add up to each request's TTFT, not the P50s to its P50).\n")
+    for workload in workloads:
+        print("\n".join(table(out, workload)))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Issue 20's GPU bar: the same workload measured in-process (continuous mode, fast engine) and through
-# `python -m runners serve` with the endpoint engine, one model, closed-loop concurrency 1…256; then a
-# table of output tok/s side by side (the bar: within 10 %) with TTFT/ITL and the HTTP overhead the
-# server's own engine times show. Fixed lengths (prompt 256, output 64) keep it short: two sweeps a side
-# (few requests at low concurrency, many at high), max_num_seqs 256 and slots of exactly 320 tokens on
-# both sides, no warm-up repeat (setup warms and captures every shape; the outlier-step count shows a
-# miss). About 5 minutes on an H200 for llama-3.1-8b (random weights).
-# Usage: bench/endpoint_vs_inprocess.sh [MODEL=llama-3.1-8b] [OUT_DIR=...] [DEVICE=cuda] (DEVICE=cpu with
-# MODEL=tiny tries the script itself on a laptop)
-# Needs on the host: python3 with torch (CUDA), transformers, pyarrow, nvidia-ml-py, aiohttp.
+# Issues 20 and 36's GPU bar: the same workloads measured in-process (continuous mode, fast engine) and
+# through `python -m runners serve` with the endpoint engine, one model, closed-loop concurrency 1, 16, 64
+# and 256; then a table per workload (bench/endpoint_table.py): output tok/s side by side (the bar: served
+# ≥ 90 % of in-process), TTFT and ITL P50 of both, and the served TTFT's P50 part by part (client dispatch,
+# uplink, parse, step wait, queue, prefill, flush, downlink; docs/run-folder.md) with the clock's error.
+# Workloads: fixed (prompt 256, output 64) and chat (prompt lognormal:512:0.6, output lognormal:256:0.5).
+# Each point is one run of its requests (--target-interval 0 --replays 0: a table of P50s, not a tuned
+# point), no warm-up run (setup warms and captures every shape); few requests at concurrency 1 and 16,
+# many at 64 and 256, max_num_seqs 256 and 8192 batched tokens on both sides, the server's slots as long
+# as the longest drawn request. Expected duration for llama-3.1-8b (random weights) on one H200: about
+# 5 minutes (five model loads of ≈ 30 s: four in-process sweeps and the server; ≈ 80 s of measuring a
+# side). Needs on the host: python3 with torch (CUDA), transformers, pyarrow, nvidia-ml-py, aiohttp
+# (no duckdb or streamlit).
+# Usage: bench/endpoint_vs_inprocess.sh [MODEL=llama-3.1-8b]   env: OUT_DIR, DEVICE (cuda), WORKLOADS
+# ("fixed chat"), PORT, PY. DEVICE=cpu WORKLOADS=fixed with MODEL=tiny tries the script on a laptop (the
+# chat workload's longest requests are over tiny's 2048-token context).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-llama-3.1-8b}
@@ -16,23 +22,47 @@ OUT=${OUT_DIR:-data/runs/bench-endpoint}
 PY=${PY:-python3}
 PORT=${PORT:-8765}
 DEVICE=${DEVICE:-cuda}
-WORK=(--model "$MODEL" --dtype bfloat16 --device "$DEVICE" --prompt-len fixed:256 --output-len fixed:64 --seed 0 --warmup 0
-      --repeats 1 --no-calibrate --slo-metric ttft --slo-ms 1000)
-LOW=(--concurrency 1,4,16 --num-requests 24)
-HIGH=(--concurrency 64,256 --num-requests 512)
+WORKLOADS=${WORKLOADS:-fixed chat}
+COMMON=(--model "$MODEL" --dtype bfloat16 --device "$DEVICE" --seed 0 --warmup 0 --repeats 1 --replays 0
+        --target-interval 0 --no-calibrate --slo-metric ttft --slo-ms 1000)
+declare -A LENGTHS=([fixed]="--prompt-len fixed:256 --output-len fixed:64"
+                    [chat]="--prompt-len lognormal:512:0.6 --output-len lognormal:256:0.5")
+declare -A REQUESTS=([fixed-low]=16 [fixed-high]=512 [chat-low]=8 [chat-high]=256)
+declare -A LOADS=([low]=1,16 [high]=64,256)
 mkdir -p "$OUT"
-rm -rf "$OUT"/inprocess-* "$OUT"/served-* "$OUT/timings.jsonl"
+rm -rf "$OUT"/inprocess-* "$OUT"/served-*
 
-inprocess() {
-  "$PY" -m runners sweep --out "$OUT/inprocess-$1" "${WORK[@]}" --engine fast --mode continuous \
-    --max-num-seqs 256 --max-num-batched-tokens 8192 "${@:2}" || true
+longest() {  # the most KV tokens a request of the sweeps holds: the server's slot length
+  local sweeps=()
+  for workload in $WORKLOADS; do
+    for load in low high; do sweeps+=("${LENGTHS[$workload]} ${REQUESTS[$workload-$load]}"); done
+  done
+  "$PY" - "$MODEL" "${sweeps[@]}" <<'EOF'
+import sys
+sys.path.insert(0, ".")
+from runners.spec import validate
+longest = 0
+for sweep in sys.argv[2:]:
+    _, prompt, _, output, n = sweep.split()
+    spec = validate({"model": sys.argv[1], "engine": "fast", "mode": "continuous", "concurrency": "1", "seed": 0,
+                     "prompt_len": prompt, "output_len": output, "num_requests": int(n), "warmup": 0})
+    longest = max(longest, spec.longest_request(spec.num_requests))
+print(longest)
+EOF
 }
-inprocess low "${LOW[@]}"
-inprocess high "${HIGH[@]}"
+MAX_MODEL_LEN=$(longest)
+
+for workload in $WORKLOADS; do
+  for load in low high; do
+    # shellcheck disable=SC2086  # LENGTHS holds several options
+    "$PY" -m runners sweep --out "$OUT/inprocess-$workload-$load" "${COMMON[@]}" ${LENGTHS[$workload]} \
+      --engine fast --mode continuous --max-num-seqs 256 --max-num-batched-tokens 8192 \
+      --concurrency "${LOADS[$load]}" --num-requests "${REQUESTS[$workload-$load]}" || true
+  done
+done
 
 "$PY" -m runners serve --model "$MODEL" --dtype bfloat16 --seed 0 --device "$DEVICE" --port "$PORT" \
-  --max-num-seqs 256 --max-model-len 320 --max-num-batched-tokens 8192 --timings "$OUT/timings.jsonl" \
-  2> "$OUT/server.log" &
+  --max-num-seqs 256 --max-model-len "$MAX_MODEL_LEN" --max-num-batched-tokens 8192 2> "$OUT/server.log" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 "$PY" - "$PORT" "$SERVER" <<'EOF'
@@ -49,12 +79,14 @@ for _ in range(600):
         time.sleep(0.5)
 sys.exit("runners serve did not answer in 5 minutes")
 EOF
-served() {
-  "$PY" -m runners sweep --out "$OUT/served-$1" "${WORK[@]}" --engine endpoint \
-    --url "http://127.0.0.1:$PORT/v1" "${@:2}" || true
-}
-served low "${LOW[@]}"
-served high "${HIGH[@]}"
+for workload in $WORKLOADS; do
+  for load in low high; do
+    # shellcheck disable=SC2086
+    "$PY" -m runners sweep --out "$OUT/served-$workload-$load" "${COMMON[@]}" ${LENGTHS[$workload]} \
+      --engine endpoint --url "http://127.0.0.1:$PORT/v1" \
+      --concurrency "${LOADS[$load]}" --num-requests "${REQUESTS[$workload-$load]}" || true
+  done
+done
 kill "$SERVER"
 wait "$SERVER" 2>/dev/null || true
 "$PY" bench/endpoint_table.py "$OUT"

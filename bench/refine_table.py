@@ -1,20 +1,28 @@
 """bench/refine_vs_dense.sh's reader, on the GPU host's python3 (pyarrow and the torch-free runners.spec only).
 
-`bracket RUN SLO` prints every batch size of the SLO bracket that RUN's planned points left, as a batch list
-for the dense sweep; `table OUT SLO` prints the SLO limit each sweep under OUT found, its points, the points
-refinement added and its wall time, as a Markdown table for docs/benchmarks.md.
+`range RUN` prints every batch size from RUN's smallest planned point to its largest, as a batch list for
+the dense sweep; `table OUT SLO` prints, for the refined and dense sweeps under OUT, the batch sizes
+measured, the points refinement added, the model load, the measuring time (load left out), the time per
+point and the SLO limit found, as a Markdown table for docs/benchmarks.md, and whether the bar holds.
+
+Times come from the run folder: status.json's `started_at`, log.txt's `model …` line (written once the
+model is loaded and the engine built) and its `point N …` lines (one as each point ends), and
+`finished_at`. So the load is counted once per sweep and apart from the points.
 """
 from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runners.spec.refine import Seen, Target, brackets, parse_target, slo_index
+from runners.spec.refine import Seen, Target, parse_target, slo_index
+
+TIME_SHARE_BAR = 0.60  # issue 36: the refined sweep's measuring time at most this share of the dense sweep's
 
 
 def summaries(run: Path) -> list[dict]:
@@ -27,21 +35,27 @@ def seen(rows: list[dict], target: Target) -> list[Seen]:
             for r in rows]
 
 
-def bracket(run: Path, target: Target) -> str:
-    planned = [r for r in summaries(run) if r["added_for"] is None]
-    found = [(lo, hi) for reason, lo, hi in brackets(seen(planned, target), target) if reason == "slo"]
-    if not found:
-        latencies = {r["batch_size"]: r[target.column] for r in planned}
-        raise SystemExit(f"no SLO bracket among the planned points for {target.name}: {latencies}")
-    lo, hi = found[0]
-    return ",".join(str(b) for b in range(int(lo), int(hi) + 1))
+def planned_range(run: Path) -> str:
+    sizes = [r["batch_size"] for r in summaries(run) if r["added_for"] is None]
+    return ",".join(str(b) for b in range(min(sizes), max(sizes) + 1))
+
+
+def timing(run: Path) -> tuple[float, float]:
+    """(model load s, measuring s): start → the log's `model` line, that line → the run's end."""
+    status = json.loads((run / "status.json").read_text())
+    stamp = lambda text: datetime.fromisoformat(text)
+    loaded = next(stamp(line.split(" ", 1)[0]) for line in (run / "log.txt").read_text().splitlines()
+                  if line.split(" ", 1)[1].startswith("model "))
+    return ((loaded - stamp(status["started_at"])).total_seconds(),
+            (stamp(status["finished_at"]) - loaded).total_seconds())
 
 
 def table(out: Path, target: Target) -> str:
     lines = [f"SLO {target.name}", "",
-             "| sweep | batch sizes measured | added by refinement | SLO limit | wall s (load included) | state |",
-             "|---|---|---|---|---|---|"]
-    limits = {}
+             "| sweep | batch sizes measured | added by refinement | points | model load s | measuring s "
+             "| s per point | SLO limit | state |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    limits, measuring = {}, {}
     for name in ("refined", "dense"):
         rows = summaries(out / name)
         points = sorted(seen(rows, target), key=lambda s: s.x)
@@ -49,20 +63,25 @@ def table(out: Path, target: Target) -> str:
         index = slo_index(ok, target)
         limits[name] = None if index is None else ok[index].x
         added = [str(r["batch_size"]) for r in rows if r["added_for"] is not None]
+        load_s, measuring[name] = timing(out / name)
         state = json.loads((out / name / "status.json").read_text())["state"]
-        wall = (out / f"{name}.wall_s").read_text().strip()
         lines.append(f"| {name} | {', '.join(str(int(p.x)) for p in points)} | {', '.join(added) or '–'} | "
-                     f"{'none' if limits[name] is None else int(limits[name])} | {wall} | {state} |")
+                     f"{len(rows)} | {load_s:.1f} | {measuring[name]:.1f} | {measuring[name] / len(rows):.1f} | "
+                     f"{'none' if limits[name] is None else int(limits[name])} | {state} |")
     refined, dense = limits["refined"], limits["dense"]
     within = refined is not None and dense is not None and abs(refined - dense) <= 1
-    lines += ["", f"Refined limit within one batch size of the dense limit: {'yes' if within else 'no'}."]
+    share = measuring["refined"] / measuring["dense"]
+    lines += ["", f"Refined limit within one batch size of the dense limit: {'yes' if within else 'no'}; "
+                  f"refined measuring time {share:.0%} of the dense sweep's (bar ≤ {TIME_SHARE_BAR:.0%}): "
+                  f"{'met' if within and share <= TIME_SHARE_BAR else 'not met'}."]
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    command, path, slo = argv
-    target = parse_target(slo)
-    print(bracket(Path(path), target) if command == "bracket" else table(Path(path), target))
+    if argv[0] == "range":
+        print(planned_range(Path(argv[1])))
+    else:
+        print(table(Path(argv[1]), parse_target(argv[2])))
     return 0
 
 

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Issue 21's GPU bar: a refined sweep against a dense one. Llama-3.1-8B (random weights), fast engine,
-# bfloat16, static batches, the chat workload (prompt lognormal:512:0.6, output lognormal:256:0.5),
-# P95 TTFT SLO. The refined sweep runs the powers of two 4, 8, 16 and may add up to 4 points; the dense
-# sweep then runs every batch size of the bracket its planned points left (the last that met the SLO to
-# the first that broke it). Prints the SLO limit each found, the extra points and each sweep's wall time.
-# Setup warms and captures every shape, so no warm-up repeat runs. About 3–4 minutes on an H200.
+# Issues 21 and 36's GPU bar: a refined sweep against a dense one, as a user would run each. Llama-3.1-8B
+# (random weights), fast engine, bfloat16, static batches, the chat workload (prompt lognormal:512:0.6,
+# output lognormal:256:0.5), P95 TTFT SLO. The refined sweep plans the powers of two 4, 8, 16 and may add up
+# to 4 points; the dense sweep runs every batch size of that planned range, 4 to 16, without refinement.
+# The table (bench/refine_table.py) gives each sweep's points, its model load (once per sweep, read from the
+# run folder), its measuring time with the load left out, the time per point, the SLO limit found, and
+# whether the refined sweep meets the bar: the dense limit ± one batch size in ≤ 60 % of its measuring time.
+# Each point is two draws of its requests (--target-interval 0 --replays 0: the same runs for every point,
+# so the time per point compares), no warm-up run (setup warms and captures every shape). Expected
+# duration on one H200: about 3 minutes (two loads of ≈ 30 s, 7 + 13 points of ≈ 6 s).
 # Needs only the runner's python3 (torch, transformers, pyarrow, pynvml): no duckdb, streamlit or kneed.
 # Usage: bench/refine_vs_dense.sh OUT_DIR   [MODEL=llama-3.1-8b SLO=ttft:95:500 PY=python3]
 set -euo pipefail
@@ -14,15 +18,9 @@ MODEL=${MODEL:-llama-3.1-8b}
 SLO=${SLO:-ttft:95:500}
 PY=${PY:-python3}
 COMMON=(--model "$MODEL" --dtype bfloat16 --engine fast --mode static --prompt-len lognormal:512:0.6
-        --output-len lognormal:256:0.5 --repeats 2 --warmup 0 --seed 0 --no-calibrate)
+        --output-len lognormal:256:0.5 --repeats 2 --replays 0 --target-interval 0 --warmup 0 --seed 0
+        --no-calibrate)
 mkdir -p "$OUT"
-sweep() {  # NAME OPTIONS...: one runner process, its wall time (load included) in OUT/NAME.wall_s
-  local name=$1; shift
-  local start=$SECONDS
-  "$PY" -m runners sweep --out "$OUT/$name" "${COMMON[@]}" "$@"
-  echo $((SECONDS - start)) > "$OUT/$name.wall_s"
-}
-sweep refined --batch-sizes 4,8,16 --refine-points 4 --refine-slo "$SLO"
-BRACKET=$("$PY" bench/refine_table.py bracket "$OUT/refined" "$SLO")
-sweep dense --batch-sizes "$BRACKET"
+"$PY" -m runners sweep --out "$OUT/refined" "${COMMON[@]}" --batch-sizes 4,8,16 --refine-points 4 --refine-slo "$SLO"
+"$PY" -m runners sweep --out "$OUT/dense" "${COMMON[@]}" --batch-sizes "$("$PY" bench/refine_table.py range "$OUT/refined")"
 "$PY" bench/refine_table.py table "$OUT" "$SLO"

@@ -33,6 +33,12 @@ MEASURE_SUMMARY = [("draws", I), ("replays", I), ("requests", I64), ("tokens_per
                    ("interval_method", S), ("target_interval", F), ("budget_spent", S), ("replay_spread", F),
                    ("prediction_error_max", F)]
 
+# an endpoint request's TTFT in the parts its timestamps split it into (docs/run-folder.md says where each
+# starts and ends; runners.metrics.endpoint computes them); null where the server sends no times
+TTFT_PARTS = ("ttft_client_ms", "ttft_uplink_ms", "ttft_parse_ms", "ttft_step_wait_ms", "ttft_queue_ms",
+              "ttft_prefill_ms", "ttft_flush_ms", "ttft_downlink_ms")
+ENDPOINT_SUMMARY = [(f"{part}_p50", F) for part in TTFT_PARTS] + [("clock_error_ms", F)]
+
 SUMMARY = pa.schema(
     [("point_index", I), ("batch_size", I), ("status", S), ("error", S), ("repeats", I), ("warmup", I),
      ("prompt_len_mean", F), ("output_len_mean", F), ("prefill_ms", F), ("decode_step_ms", F),
@@ -51,6 +57,7 @@ SUMMARY = pa.schema(
     + PARALLEL_SUMMARY
     + TRUST_SUMMARY
     + MEASURE_SUMMARY
+    + ENDPOINT_SUMMARY
 )
 
 # quant_error.parquet, one per quantised run (runners/quant_error.py, docs/quantisation.md): each decoder
@@ -65,7 +72,7 @@ DETAIL = {
     "requests": pa.schema([("point_index", I), ("repeat", I), ("request_index", I), ("batch_size", I),
                            ("prompt_len", I), ("output_len", I), ("queue_ms", F), ("ttft_ms", F),
                            ("e2e_ms", F), ("itl_ms_mean", F), ("itl_ms_p95", F), ("replica", I),
-                           ("generated_len", I)]),
+                           ("generated_len", I)] + [(part, F) for part in TTFT_PARTS]),
     "steps": pa.schema([("point_index", I), ("repeat", I), ("step_index", I), ("phase", S),
                         ("start_ms", F), ("duration_ms", F), ("active_seqs", I), ("active_tokens", I64),
                         ("batch_rows", I), ("prefill_tokens", I64), ("decode_tokens", I64), ("replica", I),

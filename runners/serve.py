@@ -9,7 +9,13 @@ and forced to `max_tokens` (no early end), as in every BatchScope sweep. A prese
 streamed token's text is its id (" 1234").
 
 `--api-key-env NAME` makes every request carry `Authorization: Bearer <the variable's value>` (vLLM's
-`--api-key`, with the key kept out of the command line). `--timings FILE` appends one JSON line per finished request with the engine's own times (perf_counter
+`--api-key`, with the key kept out of the command line). A streamed answer's usage chunk carries an extra
+field OpenAI clients ignore, `server_timing`: when this server took the request (`received`), handed it to
+the engine (`submitted`), the engine's loop gave it to the scheduler (`handed`, at a step boundary), the
+scheduler gave it a slot (`admitted`), the step that sampled its first token ended (`first_token`) and the
+first token's chunk went to the socket (`first_flush`), all in perf_counter seconds; `GET /v1/models`
+answers with this clock's reading in the `X-Server-Clock` header, so a client can measure its offset
+(runners.engines.endpoint). `--timings FILE` appends one JSON line per finished request with the engine's own times (perf_counter
 seconds, CLOCK_MONOTONIC: one clock for every process of a Linux host) and the request's `user` field,
 so a client on the same host can subtract them from what it saw: that difference is the HTTP overhead.
 """
@@ -35,6 +41,11 @@ from runners.serve_body import BadRequest, parse
 from runners.spec import model_context
 
 STOP = object()  # the end of a request's tokens on its queue
+# The engine's thread and the event loop share the GIL: a thread that wants it waits until the holder's
+# switch interval (5 ms by default) runs out, so every wake of the loop (a request in, a step's tokens out)
+# and every step the engine starts after the loop's writes could wait that long. Hand it over sooner.
+GIL_SWITCH_S = 0.0005
+CLOCK_HEADER = "X-Server-Clock"  # /v1/models answers with this server's perf_counter (a client's clock offset)
 
 
 def error_response(err: BadRequest) -> web.Response:
@@ -80,7 +91,8 @@ class Completions:
     async def models(self, request: web.Request) -> web.Response:
         card = {"id": self.name, "object": "model", "created": self.created, "owned_by": "batchscope",
                 "max_model_len": self.live.max_len}
-        return web.json_response({"object": "list", "data": [card]})
+        return web.json_response({"object": "list", "data": [card]},
+                                  headers={CLOCK_HEADER: repr(time.perf_counter())})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._answer(request, "completions")
@@ -106,11 +118,12 @@ class Completions:
         chat = api == "chat"
         try:
             if asked.stream:
-                return await self._stream(request, r, queue, asked.usage, chat)
+                return await self._stream(request, r, queue, asked.usage, chat, received)
             return await self._whole(r, queue, chat)
         finally:
             del self.streams[r.index]
             self._log(asked.user, received, r)
+            self.live.forget(r)
 
     def text(self, token: int) -> str:
         return self.tokenizer.decode([token]) if self.tokenizer is not None else f" {token}"
@@ -130,23 +143,30 @@ class Completions:
     def usage(r: Request, made: int) -> dict[str, int]:
         return {"prompt_tokens": r.prompt_len, "completion_tokens": made, "total_tokens": r.prompt_len + made}
 
-    async def _stream(self, request: web.Request, r: Request, queue: asyncio.Queue, usage: bool,
-                      chat: bool) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, r: Request, queue: asyncio.Queue, usage: bool, chat: bool,
+                      received: float) -> web.StreamResponse:
+        """The tokens as they come, one chunk each; the usage chunk (when asked for) also carries
+        `server_timing`, the request's times on this server's clock (see the module's doc)."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         if chat:  # the assistant's role first, as OpenAI's chat stream does; it carries no token
             role = self.chunk(r, "", None, chat)
             role["choices"][0]["delta"] = {"role": "assistant", "content": ""}
             await response.write(sse(role))
-        made = 0
+        made, timing = 0, None
         while (item := await queue.get()) is not STOP:
             if isinstance(item, BaseException):  # the engine died: say so inside the stream, no [DONE]
                 await response.write(sse({"error": {"message": f"engine failed: {item}", "type": "server_error"}}))
                 return response
             made += 1
-            await response.write(sse(self.chunk(r, self.text(item), "length" if made == r.output_len else None, chat)))
+            event = sse(self.chunk(r, self.text(item), "length" if made == r.output_len else None, chat))
+            if made == 1:  # stamped as the chunk goes to the socket: the client may read it before write returns
+                timing = {"clock": "perf_counter", "received": received, **self.live.stamps(r),
+                          "first_flush": time.perf_counter()}
+            await response.write(event)
         if usage:
-            await response.write(sse({**self.chunk(r, None, None, chat), "usage": self.usage(r, made)}))
+            await response.write(sse({**self.chunk(r, None, None, chat), "usage": self.usage(r, made),
+                                      "server_timing": timing}))
         await response.write(sse("[DONE]"))
         await response.write_eof()
         return response
@@ -228,6 +248,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     timings = args.timings.open("a") if args.timings else None
     completions, engine = build(args, timings)
+    sys.setswitchinterval(GIL_SWITCH_S)
 
     async def start(app: web.Application) -> None:
         completions.loop = asyncio.get_running_loop()

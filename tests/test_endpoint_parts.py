@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from runners.engines.endpoint import Capabilities, Outcome, Served, request_body
+from runners.engines.endpoint import SERVER_STAMPS, Capabilities, Clock, Outcome, Served, request_body
 from runners.engines.sse import CompletionStream, EventParser, token_times
-from runners.metrics.endpoint import endpoint_repeat, summarise
+from runners.metrics.endpoint import endpoint_repeat, summarise, ttft_parts
 from runners.spec import points, problems, validate
+from runners.schemas import TTFT_PARTS
 from runners.serve_body import BadRequest, Parsed, parse
 from runners.spec.endpoint import server_argv
 from runners.workload import TEXT_WORDS, text_prompt
@@ -103,6 +104,22 @@ def test_a_repeat_keeps_finished_requests_and_counts_the_failed_ones_by_kind() -
     assert out["error"] == ("4 of 8 requests failed: connection refused ×2, truncated stream ×2 "
                             "(first: connection refused: refused by 127.0.0.1:1)")
     assert out["ttft_ms_p50"] == pytest.approx(250.0)
+
+
+def test_a_requests_ttft_splits_at_each_timestamp_into_parts_that_add_up_to_it() -> None:
+    o = outcome(0, 0.010, 0.011, [0.100, 0.110])  # due at 10 ms, sent at 11, first chunk parsed at 100
+    # the server's stamps on the repeat's clock: received, submitted, handed, admitted, first token, flushed
+    o.server = dict(zip(SERVER_STAMPS, [0.012, 0.013, 0.020, 0.020, 0.090, 0.095]))
+    parts = ttft_parts(o)
+    assert list(parts) == list(TTFT_PARTS)
+    assert [round(v, 6) for v in parts.values()] == [1.0, 1.0, 1.0, 7.0, 0.0, 70.0, 5.0, 5.0]
+    served = Served([o, outcome(1, 0.0, 0.0, [0.05, 0.06])], start=0.0, clock=Clock(0.0, 0.0004))
+    rep = endpoint_repeat(0, 0, 2, served, [4, 4], [2, 2], "ttft", 1000.0)
+    rows = {r["request_index"]: r for r in rep.requests}
+    assert sum(rows[0][p] for p in TTFT_PARTS) == pytest.approx(rows[0]["ttft_ms"]) == pytest.approx(90.0)
+    assert all(rows[1][p] is None for p in TTFT_PARTS)  # no server times (not runners serve): no parts
+    out = summarise(0, 2, [rep], 0, "ttft", 1000.0)
+    assert out["ttft_prefill_ms_p50"] == pytest.approx(70.0) and out["clock_error_ms"] == pytest.approx(0.4)
 
 
 def test_a_repeat_with_no_finished_request_is_an_error() -> None:

@@ -48,10 +48,10 @@ def test_new_file_gets_current_schema(tmp_path: Path) -> None:
     path = tmp_path / "fresh.duckdb"
     Store(path).close()
     con = duckdb.connect(str(path))
-    assert schema_version(con) == CURRENT_VERSION == 10
+    assert schema_version(con) == CURRENT_VERSION == 12
     tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert {"runs", "points", "repeats", "requests", "steps", "samples", "calibrations",
-            "schema_version"} <= tables
+            "quant_errors", "schema_version"} <= tables
     indexes = {row[0] for row in con.execute("SELECT index_name FROM duckdb_indexes()").fetchall()}
     assert {"requests_run_point", "steps_run_point", "samples_run_point", "repeats_run_point"} <= indexes
 

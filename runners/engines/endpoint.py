@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,6 +26,11 @@ from runners.engines.sse import CompletionStream
 from runners.scheduler import Arrivals, Request
 
 CHECK_S = 0.1  # the dispatcher looks for a cancel at least this often
+CLOCK_PROBES = 5  # reads of the server's clock before a repeat; the quickest round trip sets the offset
+JSON_TYPE = {"Content-Type": "application/json"}
+CLOCK_HEADER = "X-Server-Clock"  # runners.serve's perf_counter, on its /v1/models answer
+# runners.serve's server_timing, in the order they happen to a request (runners.serve's doc says what each is)
+SERVER_STAMPS = ("received", "submitted", "handed", "admitted", "first_token", "first_flush")
 DETAIL_CHARS = 200
 API_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
 LENGTH_TEXT = {"ignore_eos": "forced by ignore_eos", "min_tokens": "forced by min_tokens", "none": "not forced"}
@@ -92,6 +98,17 @@ class Outcome:
     completion_tokens: int | None = None
     error: str | None = None  # the kind of failure: "connection refused", "HTTP 503", "timeout", ...
     detail: str = ""  # its text, for the point's message
+    server: dict[str, float] = field(default_factory=dict)  # the server's own times (SERVER_STAMPS) where it
+    # sent them, moved onto this repeat's clock by the measured offset
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The server's clock against this process's perf_counter: server − client, within ± error (half the
+    round trip of the quickest of CLOCK_PROBES reads)."""
+
+    offset_s: float
+    error_s: float
 
 
 @dataclass
@@ -100,6 +117,7 @@ class Served:
 
     outcomes: list[Outcome]
     start: float  # perf_counter seconds
+    clock: Clock | None = None  # None: the server tells no clock (it is not `runners serve`)
 
     @property
     def end_s(self) -> float:
@@ -167,39 +185,94 @@ class EndpointClient:
         return asyncio.run(self._run(prompts, output_lens, arrivals, tag))
 
     async def _run(self, prompts: list[Any], output_lens: list[int], arrivals: dict, tag: str) -> Served:
+        """Each request is sent from the done-callback of the one that frees its client (a closed loop) or
+        by the dispatcher when due (Poisson): no hop through a loop that looks at every request in flight."""
         requests = [Request(i, 0, n) for i, n in enumerate(output_lens)]
+        bodies = [json.dumps(request_body(self.caps, self.model, prompts[r.index], r.output_len, True,
+                                          f"{tag}/{r.index}")).encode() for r in requests]
         source = Arrivals(list(requests), **arrivals)
-        by_task: dict[asyncio.Task, Request] = {}
         outcomes: list[Outcome] = []
+        failures: list[BaseException] = []
+        in_flight: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks: these hold them
+        wake = asyncio.Event()
         connector = aiohttp.TCPConnector(limit=0)  # the load, not a pool size, sets how many are in flight
         async with aiohttp.ClientSession(connector=connector, headers=self.headers, timeout=self.timeout) as session:
+            clock = await self._clock(session)
+            await self._connect(session, min(arrivals.get("concurrency") or 0, len(requests)))
             start = time.perf_counter()
-            while len(outcomes) < len(requests):
+
+            def send() -> None:
+                for r in source.arrived(time.perf_counter() - start):
+                    task = asyncio.create_task(self._one(session, r, bodies[r.index], start, clock))
+                    in_flight.add(task)
+                    task.add_done_callback(lambda t, r=r: done(t, r))
+
+            def done(task: asyncio.Task, r: Request) -> None:
+                in_flight.discard(task)
+                if task.cancelled():
+                    return
+                if task.exception() is not None:
+                    failures.append(task.exception())
+                else:
+                    outcomes.append(task.result())
+                    source.finished(r, outcomes[-1].end_s)
+                    send()
+                wake.set()
+
+            while len(outcomes) < len(requests) and not failures:
                 cancel.check()
-                now = time.perf_counter() - start
-                for r in source.arrived(now):
-                    task = asyncio.create_task(self._one(session, r, prompts[r.index], start, f"{tag}/{r.index}"))
-                    by_task[task] = r
+                wake.clear()  # before sending: a request that ends from here on wakes the loop
+                send()
                 due = source.next_time()
                 wait = CHECK_S if due is None else min(CHECK_S, max(0.0, due - (time.perf_counter() - start)))
-                if not by_task:
-                    await asyncio.sleep(wait)
-                    continue
-                finished, _ = await asyncio.wait(by_task, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-                for task in finished:
-                    outcome = task.result()
-                    outcomes.append(outcome)
-                    source.finished(by_task.pop(task), outcome.end_s)
-        return Served(sorted(outcomes, key=lambda o: o.index), start)
+                try:
+                    await asyncio.wait_for(wake.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+            if failures:
+                raise failures[0]
+        return Served(sorted(outcomes, key=lambda o: o.index), start, clock)
 
-    async def _one(self, session: aiohttp.ClientSession, r: Request, prompt: Any, start: float, user: str) -> Outcome:
+    async def _connect(self, session: aiohttp.ClientSession, clients: int) -> None:
+        """Open one kept-alive connection per closed-loop client before the repeat starts, so the first
+        requests' TTFT holds no TCP handshake (later ones reuse their connection anyway)."""
+        async def one() -> None:
+            async with session.get(f"{self.url}/models") as response:
+                await response.read()
+
+        try:
+            await asyncio.gather(*(one() for _ in range(clients)))
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            pass  # the measured requests will say what is wrong
+
+    async def _clock(self, session: aiohttp.ClientSession) -> Clock | None:
+        """The server's clock offset, from CLOCK_PROBES reads of /v1/models (NTP's estimate: the server read
+        its clock halfway through the round trip); None when the server does not send its clock."""
+        reads = []
+        for _ in range(CLOCK_PROBES):
+            sent = time.perf_counter()
+            try:
+                async with session.get(f"{self.url}/models") as response:
+                    await response.read()
+                    told = response.headers.get(CLOCK_HEADER)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                return None  # the measured requests will say what is wrong
+            got = time.perf_counter()
+            if told is None:
+                return None
+            reads.append((got - sent, float(told) - (sent + got) / 2))
+        trip, offset = min(reads)
+        return Clock(offset, trip / 2)
+
+    async def _one(self, session: aiohttp.ClientSession, r: Request, body: bytes, start: float,
+                   clock: Clock | None) -> Outcome:
+        """One request, its `body` already JSON (encoded before the repeat started, outside its times)."""
         caps = self.caps
         out = Outcome(r.index, r.arrival_s, time.perf_counter() - start)
         stream = CompletionStream(chat=caps.api == "chat")
         streaming = False  # the server answered 2xx: a connection lost from here on cut a stream short
-        body = request_body(caps, self.model, prompt, r.output_len, True, user)
         try:
-            async with session.post(self.url + API_PATHS[caps.api], json=body) as response:
+            async with session.post(self.url + API_PATHS[caps.api], data=body, headers=JSON_TYPE) as response:
                 if response.status >= 400:
                     out.error, out.detail = f"HTTP {response.status}", await _message(response)
                 else:
@@ -218,6 +291,9 @@ class EndpointClient:
         out.end_s = time.perf_counter() - start
         out.chunk_s = stream.chunk_s
         out.prompt_tokens, out.completion_tokens = stream.count("prompt_tokens"), stream.count("completion_tokens")
+        told = stream.server_timing or {}
+        if clock is not None and all(isinstance(told.get(k), (int, float)) for k in SERVER_STAMPS):
+            out.server = {k: told[k] - clock.offset_s - start for k in SERVER_STAMPS}
         out.detail = out.detail[:DETAIL_CHARS]
         return out
 

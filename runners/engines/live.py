@@ -24,6 +24,7 @@ class LiveSource:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
+        self.handed: dict[int, float] = {}  # request index → when the engine's loop took it (from t0)
 
     def submit(self, r: Request) -> None:
         """Queue `r`, arrived now (its arrival is when the server took it, so queueing shows in TTFT)."""
@@ -38,8 +39,14 @@ class LiveSource:
             self._wake.set()
 
     def arrived(self, now: float) -> list[Request]:
+        """The requests submitted by `now` (the loop's clock at this step boundary), each stamped as handed
+        to the scheduler then; one submitted since the loop read its clock waits for the next boundary,
+        so every stamp of a request follows the one before it."""
         with self._lock:
-            out, self._new = list(self._new), deque()
+            out = [r for r in self._new if r.arrival_s <= now]
+            self._new = deque(r for r in self._new if r.arrival_s > now)
+        for r in out:
+            self.handed[r.index] = now
         return out
 
     def finished(self, r: Request, now: float) -> None:
@@ -91,6 +98,10 @@ class LiveEngine:
         self.source.submit(r)
         return r
 
+    def forget(self, r: Request) -> None:
+        """Drop what `stamps` keeps of a request its server has answered."""
+        self.source.handed.pop(r.index, None)
+
     def close(self) -> None:
         self.source.close()
         self._thread.join(timeout=30)
@@ -106,3 +117,12 @@ class LiveEngine:
         for r in finished:
             del self.prompts[r.index]
         self.listener(made, finished, now)
+
+    def stamps(self, r: Request) -> dict[str, float | None]:
+        """A request's engine-side times on the host's perf_counter clock: handed to the scheduler, given
+        a slot (admitted), and its first token's step end; None where it has not got that far."""
+        def clock(t: float | None) -> float | None:
+            return None if t is None else self.t0 + t
+        handed = self.source.handed.get(r.index)
+        return {"submitted": clock(r.arrival_s), "handed": clock(handed), "admitted": clock(r.admit_s),
+                "first_token": clock(r.token_s[0] if r.token_s else None)}

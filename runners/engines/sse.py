@@ -60,6 +60,7 @@ class CompletionStream:
         self.done = False  # [DONE] arrived
         self.finished = False  # a choice carried a finish_reason
         self.error: str | None = None  # an error the server sent inside the stream
+        self.server_timing: dict[str, Any] | None = None  # `runners serve`'s own times (its usage chunk)
 
     def feed(self, raw: bytes, t: float) -> None:
         """Bytes read at time `t`."""
@@ -83,6 +84,8 @@ class CompletionStream:
             self.error = self.error or str(err.get("message", err) if isinstance(err, dict) else err)
         if chunk.get("usage"):
             self.usage = chunk["usage"]
+        if isinstance(chunk.get("server_timing"), dict):
+            self.server_timing = chunk["server_timing"]
         choices = chunk.get("choices") or []
         choice = choices[0] if choices and isinstance(choices[0], dict) else {}
         self.finished = self.finished or choice.get("finish_reason") is not None

@@ -2,7 +2,10 @@
 point's summary (the base summary, goodput, requests in flight, and its failed requests counted).
 
 A server's steps are not visible from outside, so an endpoint point has no step rows; its latencies are
-the client's, from each request's arrival to the chunks' arrival, so they include the HTTP path.
+the client's, from each request's arrival to the chunks' arrival, so they include the HTTP path. Where the
+server tells its own times (`runners serve`'s server_timing), a request's TTFT is split at every timestamp
+into TTFT_PARTS, which add up to it exactly; the clock offset's error moves time only between the uplink
+and downlink parts (the server's stamps all shift together), so it is the summary's `clock_error_ms`.
 """
 from __future__ import annotations
 
@@ -11,10 +14,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runners.engines.endpoint import Served
+from runners.engines.endpoint import SERVER_STAMPS, Outcome, Served
 from runners.engines.sse import token_times
 from runners.metrics import summary
 from runners.metrics.repeat import Repeat, repeat_row, request_row
+from runners.metrics.stats import percentile
+from runners.schemas import TTFT_PARTS
 
 
 @dataclass
@@ -24,6 +29,7 @@ class EndpointRepeat(Repeat):
     sent: int
     failed: Counter  # failure kind → requests
     first_failure: str | None  # the first failed request's kind and text
+    clock_error_ms: float | None  # ± on the server's clock offset; None: the server tells no clock
 
 
 def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Served, prompt_lens: list[int],
@@ -34,6 +40,7 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
     under it, and throughput counts the tokens generated. Raises RuntimeError when no request finished."""
     base = {"point_index": point_index, "repeat": repeat, "batch_size": batch_size}
     rows, itl = [], []
+    clock = served.clock
     met = 0
     failed: Counter = Counter(o.error for o in served.outcomes if o.error is not None)
     first = next((f"{o.error}: {o.detail}" if o.detail else o.error for o in served.outcomes if o.error), None)
@@ -48,6 +55,7 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
         prompt = o.prompt_tokens if o.prompt_tokens is not None else prompt_lens[o.index]
         row = request_row(base, o.index, prompt, output_lens[o.index], None, ms[0] - arrival, ms[-1] - arrival,
                           gaps)
+        row.update(ttft_parts(o))
         value = row["itl_ms_mean"] if slo_metric == "itl" else row[f"{slo_metric}_ms"]
         met += value is None or value <= slo_ms
         rows.append(row)
@@ -57,7 +65,17 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
     row = repeat_row(base, wall_ms, None, None, sum(r["generated_len"] for r in rows),
                      sum(r["prompt_len"] for r in rows), len(rows))
     in_flight = sum(o.end_s - o.sent_s for o in served.outcomes) / served.end_s
-    return EndpointRepeat(rows, [], row, itl, met / (wall_ms / 1e3), in_flight, len(served.outcomes), failed, first)
+    return EndpointRepeat(rows, [], row, itl, met / (wall_ms / 1e3), in_flight, len(served.outcomes), failed, first,
+                          None if clock is None else clock.error_s * 1e3)
+
+
+def ttft_parts(o: Outcome) -> dict[str, float | None]:
+    """A finished request's TTFT_PARTS in ms: the gaps between its arrival, the client's send, each of the
+    server's stamps (SERVER_STAMPS) and the client's first token chunk; all null without the server's."""
+    if not o.server:
+        return dict.fromkeys(TTFT_PARTS)
+    times = [o.arrival_s, o.sent_s, *(o.server[k] for k in SERVER_STAMPS), o.chunk_s[0]]
+    return {part: (b - a) * 1e3 for part, a, b in zip(TTFT_PARTS, times, times[1:])}
 
 
 def failure_text(failed: Counter, sent: int, first: str | None) -> str:
@@ -80,4 +98,9 @@ def summarise(point_index: int, batch_size: int, repeats: Sequence[EndpointRepea
         goodput_rps=statistics.median(rep.goodput_rps for rep in repeats),
         goodput_slo=f"{slo_metric}<={slo_ms:g}ms",
         error=failure_text(failed, sum(rep.sent for rep in repeats), first) if failed else None)
+    requests = [r for rep in repeats for r in rep.requests]
+    out.update(**{f"{part}_p50": percentile([r[part] for r in requests if r[part] is not None], 50)
+                  for part in TTFT_PARTS})
+    errors = [rep.clock_error_ms for rep in repeats if rep.clock_error_ms is not None]
+    out.update(clock_error_ms=max(errors) if errors else None)
     return out
