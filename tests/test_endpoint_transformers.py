@@ -1,12 +1,14 @@
 """The endpoint engine against a server no one here wrote: `transformers serve` (transformers' own
-OpenAI-compatible server, from the `transformers[serving]` extra in requirements-dev.txt) on a tiny Llama
-checkpoint whose word-level tokenizer and chat template the test builds on disk (no download). It refuses
+OpenAI-compatible server, from the `transformers[serving]` extra in requirements-dev.txt) on the tiny
+preset's checkpoint, written on disk with a word-level tokenizer and chat template by bench/word_checkpoint.py
+(no download; bench/transformers_serve.sh serves a real preset's shape the same way on a GPU). It refuses
 token ids, `ignore_eos` and `min_tokens` (HTTP 422 for an unknown field) and ends its streams without
 [DONE], so both APIs' sweeps run on what the engine negotiates: text prompts, lengths the server chooses,
 usage from the stream. One word is one token, so the prompt counts are exact and the chat template's two
 role tokens show."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -26,7 +28,6 @@ from batchscope.ingest import ingest_run
 from batchscope.jobs import JobManager
 from batchscope.store import Store
 from runners.spec import validate
-from runners.workload import TEXT_WORDS
 from tests.runner_helpers import REPO, read_status, runner_cmd
 from tests.test_endpoint import stop
 from tests.test_pages import home, no_traceback, open_page, texts  # noqa: F401 (home is a fixture)
@@ -35,32 +36,10 @@ pytestmark = [pytest.mark.skipif(not is_serve_available(), reason="transformers[
                                  "is not installed: requirements-dev.txt installs it"),
               pytest.mark.timeout(420)]  # the first test waits for the server and both sweeps (~1 min here)
 
-SPECIAL = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
-TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")  # two tokens around one user message
 READY_S, SWEEP_S = 90, 150
-
-
-def tiny_llama(folder: Path) -> Path:
-    """A 2-layer Llama with random weights and a tokenizer of the special tokens and the workload's words
-    (each word one token, split on whitespace, joined with spaces), saved as transformers saves them."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {word: i for i, word in enumerate([*SPECIAL, *TEXT_WORDS])}
-    words = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    words.decoder = decoders.WordPiece(prefix="##")  # word-level pieces joined by spaces
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+_spec = importlib.util.spec_from_file_location("word_checkpoint", REPO / "bench" / "word_checkpoint.py")
+word_checkpoint = sys.modules.setdefault("word_checkpoint", importlib.util.module_from_spec(_spec))  # bench/ is no package
+_spec.loader.exec_module(word_checkpoint)
 
 
 def free_port() -> int:
@@ -72,7 +51,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def transformers_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """`transformers serve` pinned to the tiny checkpoint on CPU, offline: (base URL, checkpoint)."""
-    model = tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+    model = word_checkpoint.write("tiny", tmp_path_factory.mktemp("tiny-llama"))
     port = free_port()
     log = (tmp_path_factory.mktemp("transformers-serve") / "server.log").open("w")
     command = [sys.executable, "-c", "import sys; from transformers.cli.transformers import main; sys.exit(main())",
