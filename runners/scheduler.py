@@ -120,12 +120,6 @@ class Plan:
     def prefill_tokens(self) -> int:
         return sum(n for _, _, n in self.prefills)
 
-    @property
-    def emitting(self) -> list[Request]:
-        """The requests this step gives a token: those whose prefill it ends, and the decoding rows (read
-        before the step is committed: a preemption later changes a request's prefill length)."""
-        return [r for r, pos, n in self.prefills if pos + n == r.prefill_len] + self.decodes
-
 
 class BlockPool:
     """Free KV blocks of `block_size` tokens. Block 0 is never handed out: parked rows of a decode step
@@ -206,23 +200,6 @@ class Scheduler:
             if n:
                 prefills.append((r, r.prefilled, n))
                 budget -= n
-        prefills += self._admit(budget, now)
-        if not decodes and not prefills and self.running:  # unfinished prefills hold every block
-            preempted.append(self._preempt(running[-1]))
-            later = self.plan(now)
-            return Plan(later.prefills, later.decodes, preempted + later.preempted)
-        return Plan(prefills, decodes, preempted)
-
-    def top_up(self, plan: Plan, now: float) -> None:
-        """Admit into what `plan`'s token budget leaves: the requests that arrived while the step before it
-        ran, which the engine planned during that step (admissions come last in a plan, so this is the
-        plan the engine would have made had it waited for the step to end)."""
-        plan.prefills += self._admit(self.token_budget - len(plan.decodes) - plan.prefill_tokens, now)
-
-    def _admit(self, budget: int, now: float) -> list[tuple[Request, int, int]]:
-        """Prefill chunks of the requests admitted from the queue's head, as far as slots, budget and
-        blocks (above the watermark) go."""
-        admitted = []
         while self.waiting and self.free and budget > 0:
             r = self.waiting[0]
             n = min(r.prefill_len, budget)
@@ -233,9 +210,13 @@ class Scheduler:
             self.pool.grow(r, n)
             r.slot, r.admit_s = heapq.heappop(self.free), now if r.admit_s is None else r.admit_s
             self.running[r.slot] = r
-            admitted.append((r, 0, n))
+            prefills.append((r, 0, n))
             budget -= n
-        return admitted
+        if not decodes and not prefills and self.running:  # unfinished prefills hold every block
+            preempted.append(self._preempt(running[-1]))
+            later = self.plan(now)
+            return Plan(later.prefills, later.decodes, preempted + later.preempted)
+        return Plan(prefills, decodes, preempted)
 
     @property
     def watermark(self) -> int:
@@ -270,13 +251,12 @@ class Scheduler:
         return r, slot
 
     def commit(self, plan: Plan, t_end: float) -> list[Request]:
-        """Apply a step: count prefilled tokens, stamp new tokens, free finished slots and blocks. Nothing
-        here waits for the step's results (lengths decide when a request ends), so the engine commits while
-        the step runs and `restamp`s its tokens once it has ended."""
-        emitting = plan.emitting  # a prefill's last logits give its next token
+        """Apply a finished step: count prefilled tokens, stamp new tokens, free finished slots and blocks."""
         for r, _, n in plan.prefills:
             r.prefilled += n
-        for r in emitting:
+            if r.prefilled == r.prefill_len:
+                r.token_s.append(t_end)  # the prefill's last logits give the next token
+        for r in plan.decodes:
             r.token_s.append(t_end)
         finished = [r for r in self.running.values() if r.done]
         for r in finished:
@@ -284,13 +264,3 @@ class Scheduler:
             heapq.heappush(self.free, r.slot)
             self.pool.release(r)
         return finished
-
-    @staticmethod
-    def step_ended(emitting: list[Request], following: Plan, started: float, t_end: float) -> None:
-        """Move what was stamped at `started` while a step ran to the moment it ended: the tokens `commit`
-        gave its `emitting` requests, and the admissions of the `following` plan (they start with it)."""
-        for r in emitting:
-            r.token_s[-1] = t_end
-        for r, pos, _ in following.prefills:
-            if pos == 0 and r.admit_s == started:
-                r.admit_s = t_end

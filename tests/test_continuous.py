@@ -150,38 +150,6 @@ def test_scheduler_admits_fifo_within_slots_budget_and_capacity() -> None:
     assert [(r.index, pos, n) for r, pos, n in plan.prefills] == [(1, 5, 5)]
 
 
-def test_planning_during_a_step_then_topping_up_equals_planning_after_it() -> None:
-    """The engine commits step N and plans N+1 while N runs, then admits what arrived meanwhile and moves
-    N's token times to its end: the same plan and times as committing and planning after the step."""
-    def run(overlapped: bool) -> list[tuple]:
-        source = Arrivals([Request(i, 6 + i, 3) for i in range(6)], concurrency=3)
-        sched = Scheduler(slots=4, token_budget=16, pool=BlockPool(64, 4))
-        trace, done, now = [], [], 0.0
-        for r in source.arrived(now):
-            sched.add(r)
-        plan = sched.plan(now)
-        while not plan.empty:
-            emitting, end = plan.emitting, now + 1.0
-            finished = sched.commit(plan, now if overlapped else end)
-            if overlapped:
-                following = sched.plan(now)  # while the step runs: what had arrived by its start
-                sched.step_ended(emitting, following, now, end)
-            done += finished
-            for r in finished:
-                source.finished(r, end)
-            now = end
-            for r in source.arrived(now):
-                sched.add(r)
-            if overlapped:
-                sched.top_up(following, now)
-            else:
-                following = sched.plan(now)
-            trace.append(([(r.index, pos, n) for r, pos, n in following.prefills], [r.index for r in following.decodes]))
-            plan = following
-        return trace + [(r.index, r.admit_s, r.token_s) for r in sorted(done, key=lambda r: r.index)]
-    assert run(overlapped=True) == run(overlapped=False)
-
-
 def test_poisson_arrivals_are_seeded_and_closed_loop_waits_for_a_finish() -> None:
     times = lambda seed: [t for t, _, _ in sorted(Arrivals([Request(i, 1, 1) for i in range(5)], rate=10.0,
                                                            seed=seed).due)]

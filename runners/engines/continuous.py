@@ -251,13 +251,15 @@ class ContinuousEngine:
         sched = Scheduler(self.slots, token_budget, BlockPool(st.blocks, st.block_size))
         steps: list[StepRecord] = []
         t0, now = (time.perf_counter(), 0.0) if t0 is None else (t0, time.perf_counter() - t0)
-        plan = self._plan(sched, source, now)
         while True:
             cancel.check()
+            for r in source.arrived(now):
+                sched.add(r)
+            plan = sched.plan(now)
+            self._fold(plan.preempted)
             if plan.empty:
                 if source.wait(t0):
                     now = time.perf_counter() - t0
-                    plan = self._plan(sched, source, now)
                     continue
                 if sched.idle:
                     return steps, Served(sched.admission_waits, sched.preemptions)
@@ -266,38 +268,18 @@ class ContinuousEngine:
             self._push_tables(sched.running)
             rows = self._decode(plan.decodes)  # the graph runs while the host packs the prefill
             emitted = self._prefill(prompts, plan.prefills)
-            # While the GPU runs the step, the host commits it (lengths alone decide which requests end) and
-            # plans the next one; only the moments are read after the step's sync.
-            emitting, fed = plan.emitting, [(r.index, r.slot) for r in plan.decodes]
+            self._sync()
+            now = time.perf_counter() - t0
+            made = self._tokens(plan, emitted, rows) if on_step is not None else {}
             finished = sched.commit(plan, now)
             for r in finished:
                 st.active[r.slot] = 0
                 self.folded.pop(r.index, None)
-            held = len(sched.running), sched.kv_held(), sched.pool.used
-            following = self._plan(sched, source, now)
-            self._sync()
-            now = time.perf_counter() - t0
-            sched.step_ended(emitting, following, start, now)
-            made = self._tokens(fed, emitted, rows) if on_step is not None else {}
-            for r in finished:
                 source.finished(r, now)
             if on_step is not None:
                 on_step(made, finished, now)
-            steps.append(StepRecord(start, now, plan.prefill_tokens, len(plan.decodes), rows, *held,
-                                    len(plan.preempted)))
-            for r in source.arrived(now):
-                sched.add(r)
-            sched.top_up(following, now)
-            plan = following
-
-    def _plan(self, sched: Scheduler, source: Source, now: float) -> Plan:
-        """The next step: the requests that have arrived join the queue, the scheduler plans, and the
-        preempted requests' slots are parked with their tokens kept."""
-        for r in source.arrived(now):
-            sched.add(r)
-        plan = sched.plan(now)
-        self._fold(plan.preempted)
-        return plan
+            steps.append(StepRecord(start, now, plan.prefill_tokens, len(plan.decodes), rows,
+                                    len(sched.running), sched.kv_held(), sched.pool.used, len(plan.preempted)))
 
     def _fold(self, preempted: list[tuple[Request, int]]) -> None:
         """Park each preempted request's slot and keep the tokens it made, which its recompute prefills
@@ -359,12 +341,11 @@ class ContinuousEngine:
         logits = self.decoder.prefill(pack(chunks, self.device), self.state)
         return [r.index for (r, _, _), c in zip(prefills, chunks) if c.emit is not None], logits
 
-    def _tokens(self, fed: list[tuple[int, int]], emitted: tuple[list[int], torch.Tensor] | None,
-                rows: int) -> dict[int, int]:
+    def _tokens(self, plan: Plan, emitted: tuple[list[int], torch.Tensor] | None, rows: int) -> dict[int, int]:
         """The step's greedy id per request index (tests compare them with the static engine's; the
-        server streams them); `fed` holds the decoding rows' (request index, slot)."""
-        out = self.state.out[:, 0].tolist() if rows else []
-        made = {index: out[slot] for index, slot in fed}
+        server streams them)."""
+        fed = self.state.out[:, 0].tolist() if rows else []
+        made = {r.index: fed[r.slot] for r in plan.decodes}
         if emitted is not None:
             made.update(zip(emitted[0], emitted[1].argmax(dim=-1).tolist()))
         return made
