@@ -21,10 +21,10 @@ from runners.schemas import TTFT_PARTS
 PART_NAMES = [part.removeprefix("ttft_").removesuffix("_ms") for part in TTFT_PARTS]
 
 
-def summaries(out: Path, side: str, workload: str) -> dict[int, dict]:
-    """Point summaries of one side's sweeps of a workload, by concurrency."""
+def summaries(out: Path, side: str, workload: str | None = None) -> dict[int, dict]:
+    """Point summaries of one side's sweeps (of one workload, where a folder names several), by concurrency."""
     rows = {}
-    for path in sorted(out.glob(f"{side}-{workload}-*/points/*.summary.parquet")):
+    for path in sorted(out.glob(f"{side}-{workload + '-' if workload else ''}*/points/*.summary.parquet")):
         row = pq.read_table(path).to_pylist()[0]
         rows[row["concurrency"] or row["batch_size"]] = row
     return rows
