@@ -1,5 +1,6 @@
 """The history DB: every run, point and sample in one DuckDB file that only the app process writes.
 
+Reads are batchscope.store_reads' (Store inherits them); this module opens the file and writes.
 One connection per Store; each reading thread gets its own cursor (DuckDB's MVCC lets pages read
 while a sweep is being ingested) and writes are serialised by a lock shared by every Store on the
 same file in this process. How the file is opened (made whole, another process's hold waited out, a
@@ -10,14 +11,11 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import duckdb
-import pandas as pd
 import pyarrow as pa
 
 from runners.contract import parse_utc, utc_now
@@ -25,17 +23,13 @@ from runners.contract import parse_utc, utc_now
 from batchscope import config
 from batchscope.migrations import SchemaTooNewError
 from batchscope.store_file import StoreUnavailableError, connect
+from batchscope.store_reads import StoreReads
 
 POINT_TABLES = ("repeats", "requests", "steps", "samples")
 RUN_TABLES = ("quant_errors",)  # one file per run, not per point (runners/contract.py QUANT_ERROR)
-_JSON_FIELDS = ("spec", "status", "env", "model", "calibration")
 _STATUS_COLUMNS = ("state", "error", "stopped_early", "pid", "points_done", "points_total",
                    "started_at", "heartbeat_at", "finished_at", "status_json")
-_DETAIL_ORDER = {
-    "requests": "point_index, repeat, request_index",
-    "steps": "point_index, repeat, step_index",
-    "samples": "t_s, point_index",
-}
+
 
 _write_locks: dict[Path, threading.RLock] = {}
 _write_locks_guard = threading.Lock()
@@ -85,13 +79,7 @@ def _on_conflict(column: str) -> str:
     return f"{column} = coalesce(excluded.{column}, runs.{column})"
 
 
-def _as_list(value: str | Sequence[str] | None) -> list[str] | None:
-    if value is None:
-        return None
-    return [value] if isinstance(value, str) else list(value)
-
-
-class Store:
+class Store(StoreReads):
     """Open (creating and migrating as needed) the history DB at `path`, default config.db_path(); a file
     this process cannot write opens read-only (`read_only` says why), and every write then raises
     StoreUnavailableError. Another process's hold on the file is waited out for up to config.db_wait_s()."""
@@ -129,173 +117,9 @@ class Store:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    # ---- reads ---------------------------------------------------------------------------------
-
-    def _cursor(self) -> duckdb.DuckDBPyConnection:
-        """This thread's read cursor; dropped with the thread, closed with the Store."""
-        cursor = getattr(self._local, "cursor", None)
-        if cursor is None:
-            cursor = self._con.cursor()
-            self._local.cursor = cursor
-        return cursor
-
-    def _frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
-        return self._cursor().execute(sql, list(params)).df()
-
-    def runs(
-        self,
-        model: str | Sequence[str] | None = None,
-        dtype: str | Sequence[str] | None = None,
-        gpu: str | Sequence[str] | None = None,
-        engine: str | Sequence[str] | None = None,
-        state: str | Sequence[str] | None = None,
-        since: datetime | date | str | None = None,
-        until: datetime | date | str | None = None,
-        demo: bool | None = None,
-        owner: str | Sequence[str] | None = None,
-    ) -> pd.DataFrame:
-        """One row per run, newest first; each filter takes a value or a list of accepted values.
-
-        `gpu` matches the device name (GPU name, or "cpu"); `since`/`until` bound created_at (UTC),
-        a plain date in `until` includes that whole day.
-        """
-        where, params = [], []
-        for column, accepted in (("r.model", model), ("r.dtype", dtype), ("r.gpu", gpu),
-                                 ("r.engine", engine), ("r.state", state), ("r.owner", owner)):
-            values = _as_list(accepted)
-            if values is not None:
-                where.append(f"list_contains(?::VARCHAR[], {column})")
-                params.append(values)
-        if since is not None:
-            where.append("r.created_at >= ?")
-            params.append(parse_utc(since))
-        if until is not None:
-            end = parse_utc(until)
-            if isinstance(until, date) and not isinstance(until, datetime):
-                end += timedelta(days=1)
-                where.append("r.created_at < ?")
-            else:
-                where.append("r.created_at <= ?")
-            params.append(end)
-        if demo is not None:
-            where.append("r.demo = ?")
-            params.append(demo)
-        sql = f"""
-            WITH r AS (SELECT *, coalesce(gpu_name, device) AS gpu FROM runs),
-                 p AS (SELECT run_id, count(*) AS points,
-                              count(*) FILTER (WHERE status = 'ok') AS points_ok,
-                              max(output_tokens_per_s) FILTER (WHERE status = 'ok') AS best_output_tokens_per_s
-                       FROM points GROUP BY run_id)
-            SELECT r.run_id, r.name, r.created_at, r.state, r.error, r.model, r.dtype, r.engine, r.mode,
-                   r.device, r.gpu, r.gpu_memory_bytes, r.driver, r.cuda, r.torch_version,
-                   r.transformers_version, r.python_version, r.host, r.engine_version, r.fingerprint,
-                   r.points_done, r.points_total,
-                   coalesce(p.points, 0) AS points, coalesce(p.points_ok, 0) AS points_ok,
-                   p.best_output_tokens_per_s, r.started_at, r.finished_at, r.demo, r.folder, r.owner
-            FROM r LEFT JOIN p USING (run_id)
-            {"WHERE " + " AND ".join(where) if where else ""}
-            ORDER BY r.created_at DESC NULLS LAST, r.run_id DESC
-        """
-        return self._frame(sql, params)
-
-    def run(self, run_id: str) -> dict[str, Any] | None:
-        """Every stored field of one run, with spec/status/env/model/calibration as dicts (or None).
-
-        "model" is model.json's dict; the model's name (the runs column) is under "model_name".
-        """
-        cursor = self._cursor().execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        record = dict(zip([d[0] for d in cursor.description], row))
-        record["model_name"] = record.pop("model")
-        for name in _JSON_FIELDS:
-            text = record.pop(f"{name}_json")
-            record[name] = json.loads(text) if text else None
-        return record
-
-    def points(self, run_ids: Sequence[str]) -> pd.DataFrame:
-        """Every summary column of the runs' points, in the order of `run_ids`, then by batch size."""
-        return self._frame(
-            """SELECT * FROM points WHERE list_contains(?::VARCHAR[], run_id)
-               ORDER BY list_position(?::VARCHAR[], run_id), batch_size, point_index""",
-            [list(run_ids), list(run_ids)],
-        )
-
-    def repeats(self, run_ids: Sequence[str]) -> pd.DataFrame:
-        """One row per measured repeat of the runs' points (the throughput spread)."""
-        return self._frame(
-            """SELECT * FROM repeats WHERE list_contains(?::VARCHAR[], run_id)
-               ORDER BY list_position(?::VARCHAR[], run_id), point_index, repeat""",
-            [list(run_ids), list(run_ids)],
-        )
-
-    def requests(self, run_id: str, point_index: int | None = None) -> pd.DataFrame:
-        return self._detail("requests", run_id, point_index)
-
-    def steps(self, run_id: str, point_index: int | None = None) -> pd.DataFrame:
-        return self._detail("steps", run_id, point_index)
-
-    def samples(self, run_id: str, point_index: int | None = None) -> pd.DataFrame:
-        return self._detail("samples", run_id, point_index)
-
-    def gpu_utilisation(self, run_id: str) -> pd.DataFrame:
-        """Each GPU's mean NVML utilisation per point over the samples inside measured repeats (the
-        summary's rule, which averages the GPUs together): point_index, gpu_index, gpu_util_pct."""
-        return self._frame("SELECT point_index, gpu_index, avg(gpu_util_pct) AS gpu_util_pct FROM samples "
-                           "WHERE run_id = ? AND gpu_index IS NOT NULL AND repeat >= 0 "
-                           "GROUP BY point_index, gpu_index ORDER BY point_index, gpu_index", [run_id])
-
-    def _detail(self, table: str, run_id: str, point_index: int | None) -> pd.DataFrame:
-        if point_index is None:
-            return self._frame(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {_DETAIL_ORDER[table]}",
-                               [run_id])
-        return self._frame(
-            f"SELECT * FROM {table} WHERE run_id = ? AND point_index = ? ORDER BY {_DETAIL_ORDER[table]}",
-            [run_id, point_index],
-        )
-
-    def point_evidence(self, run_id: str) -> pd.DataFrame:
-        """Per stored point, what the trust checks read beyond its summary: each repeat's output tokens/s
-        in repeat order, the requests (tokens requested and delivered) and the measured steps."""
-        return self._frame(
-            """WITH q AS (SELECT point_index, count(*) AS requests, sum(output_len) AS requested_tokens,
-                                 sum(generated_len) AS generated_tokens
-                          FROM requests WHERE run_id = ? GROUP BY point_index),
-                    s AS (SELECT point_index, count(*) AS steps FROM steps WHERE run_id = ? GROUP BY point_index),
-                    r AS (SELECT point_index, list(output_tokens_per_s ORDER BY repeat) AS repeat_tokens_per_s
-                          FROM repeats WHERE run_id = ? GROUP BY point_index)
-               SELECT p.point_index, q.requests, q.requested_tokens, q.generated_tokens, s.steps,
-                      r.repeat_tokens_per_s
-               FROM points p LEFT JOIN q USING (point_index) LEFT JOIN s USING (point_index)
-                    LEFT JOIN r USING (point_index)
-               WHERE p.run_id = ? ORDER BY p.point_index""",
-            [run_id] * 4,
-        )
-
-    def quant_errors(self, run_id: str) -> pd.DataFrame:
-        """A quantised run's per-product error against bfloat16: rows, kernel, layer, matrix, rel_error."""
-        return self._frame("SELECT rows, kernel, layer, matrix, rel_error FROM quant_errors WHERE run_id = ? "
-                           "ORDER BY rows, layer, matrix", [run_id])
-
-    def calibration(self, key: str) -> dict[str, Any] | None:
-        """The calibration.json last stored under `key` (GPU name + driver + dtype)."""
-        row = self._cursor().execute("SELECT data_json FROM calibrations WHERE key = ?", [key]).fetchone()
-        return json.loads(row[0]) if row else None
-
-    def setting(self, key: str) -> str | None:
-        """A value the app remembers across restarts (e.g. that the demo runs were imported once)."""
-        row = self._cursor().execute("SELECT value FROM settings WHERE key = ?", [key]).fetchone()
-        return row[0] if row else None
-
     def set_setting(self, key: str, value: str) -> None:
         with self._writing():
             self._con.execute("INSERT OR REPLACE INTO settings VALUES (?, ?, now())", [key, value])
-
-    def point_indices(self, run_id: str) -> set[int]:
-        """Indices of the run's points already stored (what makes ingest idempotent)."""
-        rows = self._cursor().execute("SELECT point_index FROM points WHERE run_id = ?", [run_id]).fetchall()
-        return {row[0] for row in rows}
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -505,8 +329,3 @@ class Store:
                 return False
             self.record(actor, action, None, detail)
             return True
-
-    def audit(self, limit: int = 1000) -> pd.DataFrame:
-        """The latest audit rows, newest first: occurred_at, actor, action, run_id, detail."""
-        return self._frame("SELECT occurred_at, actor, action, run_id, detail FROM audit "
-                           "ORDER BY occurred_at DESC LIMIT ?", [limit])

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runners.spec.refine import Seen, Target, parse_target, slo_index
+from runners.spec.refine import Seen, parse_target, slo_index
+from runners.spec.slo import SLO
 
 TIME_SHARE_BAR = 0.60  # issue 36: the refined sweep's measuring time at most this share of the dense sweep's
 
@@ -30,7 +31,7 @@ def summaries(run: Path) -> list[dict]:
     return [pq.read_table(f).to_pylist()[0] for f in sorted((run / "points").glob("p*.summary.parquet"))]
 
 
-def seen(rows: list[dict], target: Target) -> list[Seen]:
+def seen(rows: list[dict], target: SLO) -> list[Seen]:
     return [Seen(float(r["batch_size"]), r["status"] == "ok", r["output_tokens_per_s"], r[target.column])
             for r in rows]
 
@@ -50,8 +51,8 @@ def timing(run: Path) -> tuple[float, float]:
             (stamp(status["finished_at"]) - loaded).total_seconds())
 
 
-def table(out: Path, target: Target) -> str:
-    lines = [f"SLO {target.name}", "",
+def table(out: Path, target: SLO) -> str:
+    lines = [f"SLO {target.rule}", "",
              "| sweep | batch sizes measured | added by refinement | points | model load s | measuring s "
              "| s per point | SLO limit | state |",
              "|---|---|---|---|---|---|---|---|---|"]

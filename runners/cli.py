@@ -11,18 +11,16 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from runners import cancel, contract
 from runners.runfolder import check_out_dir
-from runners.spec import SpecError, SweepSpec, validate
+from runners.spec import SpecError, validate
 from runners.spec.options import whole
-from runners.spec.sweep import MAX_TOKENS
+from runners.spec.sweep import MAX_TOKENS, spec_fields
 
 EXIT = {"done": 0, "failed": 1, "cancelled": 3}
-SPEC_FIELDS = fields(SweepSpec)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,17 +30,16 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--spec", type=Path, help="JSON file with any of the options below")
     sweep.add_argument("--out", type=Path, required=True, help="run folder to create (data/runs/<id>)")
     groups: dict[str, Any] = {"": sweep}
-    for f in SPEC_FIELDS:
-        title = f.metadata["group"]
-        if title not in groups:
-            groups[title] = sweep.add_argument_group(title)
-        group = groups[title]
-        flag = f.name.replace("_", "-")
-        if f.default is True:
-            group.add_argument(f"--no-{flag}", dest=f.name, action="store_false", default=None,
-                               help=f"do not {f.metadata['help']}")
+    for info in spec_fields():
+        if info.group not in groups:
+            groups[info.group] = sweep.add_argument_group(info.group)
+        group = groups[info.group]
+        flag = info.name.replace("_", "-")
+        if info.default is True:
+            group.add_argument(f"--no-{flag}", dest=info.name, action="store_false", default=None,
+                               help=f"do not {info.help}")
         else:
-            group.add_argument(f"--{flag}", dest=f.name, help=f.metadata["help"])
+            group.add_argument(f"--{flag}", dest=info.name, help=info.help)
     _serve_parser(sub.add_parser("serve", help="serve one model over an OpenAI-compatible HTTP API (continuous "
                                                 "engine)",
                                 allow_abbrev=False))
@@ -71,8 +68,8 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
 def _as_spec(name: str) -> Callable[[str], int]:
     """A `serve` flag's type: one whole number within the bounds the sweep spec declares for its option of
     that name (a list option's values start at 1), so a sweep and a server answer it with the same message."""
-    bounds = next(f for f in SPEC_FIELDS if f.name == name).metadata
-    return _bounded(name, bounds.get("least", 1), bounds["most"])
+    info = next(info for info in spec_fields() if info.name == name)
+    return _bounded(name, 1 if info.least is None else int(info.least), int(info.most))
 
 
 def _bounded(name: str, least: int, most: int) -> Callable[[str], int]:
@@ -95,10 +92,10 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(raw, dict):
             raise SpecError("spec", f"{args.spec} must hold a JSON object")
         raw = {k: v for k, v in raw.items() if k not in contract.APP_SPEC_KEYS}
-    for f in SPEC_FIELDS:
-        value = getattr(args, f.name)
+    for info in spec_fields():
+        value = getattr(args, info.name)
         if value is not None:
-            raw[f.name] = value
+            raw[info.name] = value
     return raw
 
 

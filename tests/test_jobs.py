@@ -145,7 +145,7 @@ def test_spec_the_runner_rejects_fails_with_its_message(manager: JobManager) -> 
 
 
 def test_an_ingest_that_fails_once_neither_kills_the_lane_nor_loses_points(manager: JobManager, monkeypatch) -> None:
-    from batchscope import jobs
+    from batchscope.jobs import follower as jobs
 
     real, calls = jobs.ingest_run, []
 
@@ -165,7 +165,7 @@ def test_an_ingest_that_fails_once_neither_kills_the_lane_nor_loses_points(manag
 
 
 def test_a_failed_final_ingest_is_retried_so_the_run_still_settles(manager: JobManager, monkeypatch) -> None:
-    from batchscope import jobs
+    from batchscope.jobs import follower as jobs
 
     real, failed = jobs.ingest_run, []
 
@@ -191,7 +191,7 @@ def test_a_run_is_unsettled_until_its_final_points_are_in_the_db(manager: JobMan
     settled=False, so the Run page keeps refreshing instead of stopping at a page with no points."""
     import threading
 
-    from batchscope import jobs
+    from batchscope.jobs import follower as jobs
 
     real, release = jobs.ingest_run, threading.Event()
 

@@ -10,8 +10,9 @@ from batchscope.analysis.knee import plateau
 from batchscope.analysis.slo import slo_limit
 from runners.spec import problems, validate
 from runners.spec.continuous import ContinuousPoint
-from runners.spec.refine import (PLATEAU_GAIN, Proposal, Seen, Target, at, brackets, midpoint, next_point,
-                                 parse_target, plateau_index, slo_index)
+from runners.spec.refine import (PLATEAU_GAIN, Proposal, Seen, at, brackets, midpoint, next_point, parse_target,
+                                 plateau_index, slo_index)
+from runners.spec.slo import SLO as Target
 from runners.spec.static import StaticPoint
 from tests.test_knee import POW2, SATURATING, make_points
 from tests.test_slo import E2E_P95

@@ -1,49 +1,22 @@
-"""The latency SLO: which column it reads and the largest batch (or rate, …) that meets it."""
+"""The latency SLO on a measured curve: which points meet it and the largest batch (or rate, …) that does.
+The SLO type itself is the runner's (runners.spec.slo), so refinement and the app read one objective."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from batchscope.analysis.axis import BATCH, SweepAxis
 from batchscope.analysis.marker import Marker, num
+from runners.spec.slo import METRIC_NAMES, SLO
 
-METRIC_NAMES = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E"}
+__all__ = ["METRIC_NAMES", "SLO", "SLOCall", "along", "direction", "meets", "slo_limit"]
 
 
-@dataclass(frozen=True)
-class SLO:
-    """A latency objective: the chosen percentile of TTFT, ITL or E2E must be ≤ `ms`."""
 
-    metric: Literal["ttft", "itl", "e2e"]
-    percentile: Literal[50, 95, 99]
-    ms: float
-
-    def __post_init__(self) -> None:
-        if self.metric not in METRIC_NAMES:
-            raise ValueError(f"SLO metric must be one of {', '.join(METRIC_NAMES)}, not {self.metric!r}")
-        if self.percentile not in (50, 95, 99):
-            raise ValueError(f"SLO percentile must be 50, 95 or 99, not {self.percentile!r}")
-        if not self.ms > 0:
-            raise ValueError(f"SLO must be a positive number of ms, not {self.ms!r}")
-
-    @property
-    def column(self) -> str:
-        """The point summary column it reads, e.g. `e2e_ms_p95`."""
-        return f"{self.metric}_ms_p{self.percentile}"
-
-    @property
-    def name(self) -> str:
-        """ "P95 E2E", as the sentences print it."""
-        return f"P{self.percentile} {METRIC_NAMES[self.metric]}"
-
-    def meets(self, curve: pd.DataFrame) -> pd.Series:
-        """Per point: True when its latency is ≤ the SLO (a missing latency never meets it)."""
-        return curve[self.column].le(self.ms).fillna(False).astype(bool)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+def meets(slo: SLO, curve: pd.DataFrame) -> pd.Series:
+    """Per point: True when its latency is ≤ the SLO (a missing latency never meets it)."""
+    return curve[slo.column].le(slo.ms).fillna(False).astype(bool)
 
 
 @dataclass(frozen=True)
@@ -71,15 +44,15 @@ def slo_limit(curve: pd.DataFrame, slo: SLO, axis: SweepAxis = BATCH) -> SLOCall
     grows along the axis, the smallest when it falls."""
     if slo.column not in curve.columns or curve[slo.column].isna().all():
         return SLOCall(None, [f"No point reports {slo.name} latency ({slo.column}), so the SLO cannot be checked."])
-    meets = slo.meets(curve)
+    met = meets(slo, curve)
     way = direction(curve, slo)
     grows = way == "grows"
-    if not meets.any():
+    if not met.any():
         best = curve.iloc[0 if grows else -1]
         return SLOCall(None, [f"No {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO ({along(axis, way)}): even "
                               f"the {'smallest' if grows else 'largest'}, {axis.at(best['x'])}, takes "
                               f"{num(best[slo.column])} ms."])
-    limit_index = int(meets[meets].index.max() if grows else meets[meets].index.min())
+    limit_index = int(met[met].index.max() if grows else met[met].index.min())
     point = curve.iloc[limit_index]
     x = point["x"]
     edge = len(curve) - 1 if grows else 0
@@ -96,7 +69,7 @@ def slo_limit(curve: pd.DataFrame, slo: SLO, axis: SweepAxis = BATCH) -> SLOCall
                     f"({along(axis, way)}).")
     notes = []
     inside = curve.index < limit_index if grows else curve.index > limit_index
-    missed = curve["x"][~meets & inside].tolist()
+    missed = curve["x"][~met & inside].tolist()
     if missed:
         notes.append(f"{'Smaller' if grows else 'Larger'} {axis.some} {', '.join(map(axis.value, missed))} miss the "
                      f"SLO although {axis.at(x)} meets it: latency is not monotone here, so check the repeats.")

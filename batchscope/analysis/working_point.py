@@ -9,7 +9,7 @@ from batchscope.analysis.axis import BATCH, SweepAxis
 from batchscope.units import tok_s
 from batchscope.analysis.knee import PlateauCall
 from batchscope.analysis.marker import Marker, num
-from batchscope.analysis.slo import SLO, along, direction
+from batchscope.analysis.slo import SLO, along, direction, meets
 
 
 def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
@@ -32,7 +32,7 @@ def working_point(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO | None,
     if plateau.limit is not None:
         allowed &= curve["x"] <= plateau.limit
     if slo is not None:
-        allowed &= slo.meets(curve) if slo.column in curve.columns else False
+        allowed &= meets(slo, curve) if slo.column in curve.columns else False
     if not allowed.any():
         return None, [f"No working point: no {axis.noun} at or before the plateau meets the {num(slo.ms)} ms "
                       f"{slo.name} SLO."]
@@ -44,12 +44,12 @@ def _falling(curve: pd.DataFrame, plateau: PlateauCall, slo: SLO, axis: SweepAxi
     """Latency falls along the axis, so every value past the SLO limit meets it: the smallest that meets
     it at or past the plateau's start (more adds no throughput, only memory); with no plateau, or none
     past it meeting the SLO, the largest that meets it (the most throughput within the SLO)."""
-    meets = slo.meets(curve)
-    if not meets.any():
+    met = meets(slo, curve)
+    if not met.any():
         return None, [f"No working point: no {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO, although "
                       f"{along(axis, 'falls')}."]
-    past = meets & (curve["x"] >= plateau.limit) if plateau.limit is not None else meets & False
-    allowed, prefer = (past, "smallest") if past.any() else (meets, "largest")
+    past = met & (curve["x"] >= plateau.limit) if plateau.limit is not None else met & False
+    allowed, prefer = (past, "smallest") if past.any() else (met, "largest")
 
     def why(point: pd.Series) -> str:
         reason = (f"the smallest {axis.noun} at or past the plateau's start ({axis.value(plateau.limit)}) whose "

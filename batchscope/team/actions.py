@@ -11,7 +11,7 @@ from typing import Any
 
 from batchscope.jobs import JobManager
 from batchscope.store import Store
-from batchscope.team.roles import User, at_least
+from batchscope.team.roles import DEFAULT_KEY_ENV_PREFIX, User, at_least
 from batchscope.ui.history_view import ImportResult, import_folder
 
 _launching = threading.Lock()  # the queue count and the submit are one step, so a double click cannot pass the limit
@@ -60,11 +60,36 @@ def queue_problem(waiting: int, limit: int) -> str | None:
     return None
 
 
-def launch(jobs: JobManager, user: User, spec: dict[str, Any], queue_limit: int) -> str:
-    """Queue a sweep owned by `user`; NotAllowed for a viewer or a user at the queue limit.
-    runners.spec.SpecError for a bad spec, as JobManager.submit raises."""
+def endpoint_problems(user: User, spec: dict[str, Any], key_env_prefix: str) -> dict[str, str]:
+    """Why `user` may not send these endpoint options, by field; empty when they may. A restart command
+    runs a program on this host, and the API key variable sends that variable of the app's environment to
+    any URL: only an admin may set a command, and anyone else may name only variables that begin with
+    `key_env_prefix`."""
+    found: dict[str, str] = {}
+    if user.role == "admin":
+        return found
+    if str(spec.get("server_command") or "").strip():
+        found["server_command"] = (f"{user.identity} is a {user.role}: only an admin may set a restart command, "
+                                   f"since it runs a program on this host; leave it empty to measure the "
+                                   f"server as it runs")
+    key_env = str(spec.get("api_key_env") or "").strip()
+    if key_env and not key_env.startswith(key_env_prefix):
+        found["api_key_env"] = (f"the API key variable must begin with {key_env_prefix} (the variables set aside "
+                                f"for API keys), not {key_env[:60]!r}: another would send the app's own "
+                                f"environment to the server's URL")
+    return found
+
+
+def launch(jobs: JobManager, user: User, spec: dict[str, Any], queue_limit: int,
+           key_env_prefix: str = DEFAULT_KEY_ENV_PREFIX) -> str:
+    """Queue a sweep owned by `user`; NotAllowed for a viewer, a user at the queue limit, or endpoint options
+    the user may not set (endpoint_problems). runners.spec.SpecError for a bad spec, as JobManager.submit
+    raises."""
     if not may_launch(user):
         raise NotAllowed(f"{user.identity} is a {user.role}: only tuners and admins may launch sweeps")
+    refused = endpoint_problems(user, spec, key_env_prefix)
+    if refused:
+        raise NotAllowed("; ".join(refused.values()))
     with _launching:
         problem = queue_problem(len(waiting_of(jobs, user.identity)), queue_limit)
         if problem:

@@ -13,10 +13,12 @@ from typing import Any
 
 ROLES = ("viewer", "tuner", "admin")  # each may do what the ones before it may
 DEFAULT_QUEUE_LIMIT = 3
+DEFAULT_KEY_ENV_PREFIX = "BATCHSCOPE_KEY_"  # the only environment variables a tuner may name as an API key
 LOCAL_USER = "local"  # the one user of an app served on localhost without a provider
 _EMAIL = re.compile(r"^[^@\s]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
 _DOMAIN = re.compile(r"^@?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
-_KEYS = {"default_role", "queue_limit", "roles"}
+_KEYS = {"default_role", "queue_limit", "key_env_prefix", "roles"}
+_ENV_PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class TeamConfigError(ValueError):
@@ -25,12 +27,14 @@ class TeamConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TeamConfig:
-    """Emails and domains to roles, the role of everyone else, and how many sweeps one user may queue."""
+    """Emails and domains to roles, the role of everyone else, how many sweeps one user may queue, and how
+    the environment variables a tuner may send as an endpoint's API key begin."""
 
     emails: dict[str, str] = field(default_factory=dict)
     domains: dict[str, str] = field(default_factory=dict)
     default_role: str = "viewer"
     queue_limit: int = DEFAULT_QUEUE_LIMIT
+    key_env_prefix: str = DEFAULT_KEY_ENV_PREFIX
 
     def role_for(self, identity: str) -> str:
         """An exact email wins over its domain, the domain over the default."""
@@ -62,6 +66,10 @@ def parse(data: dict[str, Any], source: str = "team config") -> TeamConfig:
     limit = data.get("queue_limit", DEFAULT_QUEUE_LIMIT)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise TeamConfigError(f"{source}: queue_limit {limit!r} must be a whole number of at least 1")
+    prefix = data.get("key_env_prefix", DEFAULT_KEY_ENV_PREFIX)
+    if not isinstance(prefix, str) or not _ENV_PREFIX.match(prefix):
+        raise TeamConfigError(f"{source}: key_env_prefix {prefix!r} must begin an environment variable's name "
+                              f"(letters, digits and _), e.g. {DEFAULT_KEY_ENV_PREFIX}")
     rules = data.get("roles", {})
     if not isinstance(rules, dict):
         raise TeamConfigError(f"{source}: [roles] must be a table of \"email or domain\" = \"role\" entries")
@@ -77,7 +85,7 @@ def parse(data: dict[str, Any], source: str = "team config") -> TeamConfig:
             domains[name.lstrip("@")] = role
         else:
             raise TeamConfigError(f"{where} is neither an email (ana@example.com) nor a domain (example.com)")
-    return TeamConfig(emails, domains, default, limit)
+    return TeamConfig(emails, domains, default, limit, prefix)
 
 
 def load(path: Path | None = None) -> TeamConfig:

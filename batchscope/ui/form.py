@@ -3,7 +3,7 @@ estimate memory per batch before anything runs — so the page only lays out wid
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +14,20 @@ from batchscope.analysis.memory import predict_memory_for_spec
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.slo import SLO
 from batchscope.backends.local import device_key
-from batchscope.backends.ray_cluster import GpuType, placement_problem
+from batchscope.backends.ray_cluster import GpuType, placement_problem, ranks
 from batchscope.ui.slo_control import slo_param
 from batchscope.units import GiB
 from runners import distributions
 from runners.spec import SpecError, SweepSpec, model_context, parse_batch_sizes, problems, validate
-from runners.spec.sweep import check_draws
+from runners.spec.options import FieldInfo
+from runners.spec.sweep import check_draws, spec_fields
 
 LOCAL_DEVICES = ("auto", "cuda", "cpu")
 CLUSTER = "ray:"  # a Device value `ray:H200` sends the sweep to the Ray cluster's H200 GPUs
 H200_CAPACITY_BYTES = 150_109_880_320  # what torch reported on the H200 this project measured on
-ESTIMATE_FIELDS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
-                   "seed", "max_num_seqs", "arrival", "concurrency", "num_requests")
 PREVIEW_SAMPLES = 2000
 _CLI = SweepSpec(model="tiny")  # the runner's own defaults, so the form and the CLI start alike
-MOST = {f.name: f.metadata["most"] for f in fields(SweepSpec) if "most" in f.metadata}  # where widgets stop
+FROM_WIDGETS = ("batch_sizes", "slo_metric", "slo_ms", "refine_slo")  # set by the batch range and the SLO control
 
 
 @dataclass
@@ -66,6 +65,7 @@ class SweepForm:
     api_key_env: str = ""
     server_labels: str = ""
     server_command: str = ""
+    options: dict[str, Any] = field(default_factory=dict)  # every other spec option (extra_fields), by name
 
     def batch_sizes_text(self) -> str:
         """The batch range as the spec's string: `pow2:LO:HI` or the explicit list."""
@@ -88,8 +88,14 @@ class SweepForm:
             "output_len": self.output_len, "repeats": self.repeats, "warmup": self.warmup,
             "seed": self.seed, "on_oom": self.on_oom, "name": self.name.strip(), "refine_points": self.refine_points,
             **({"refine_slo": slo_param(self.slo)} if self.refine_points and self.slo is not None else {}),
-            **self._continuous(),
+            **self._continuous(), **self._options(),
         }
+
+    def _options(self) -> dict[str, Any]:
+        """The options without a SweepForm attribute of their own that the form's mode reads."""
+        extras = {info.name: info for info in extra_fields()}
+        return {name: value for name, value in self.options.items()
+                if name in extras and extras[name].applies_to(self.mode)}
 
     def _continuous(self) -> dict[str, Any]:
         """The continuous options (in that mode, and sent to a server in the endpoint mode), with the form's
@@ -107,6 +113,14 @@ class SweepForm:
                     "server_labels": self.server_labels.strip(), "server_command": self.server_command.strip(), **slo}
         return {"max_num_seqs": self.max_num_seqs, **load, "num_requests": self.num_requests,
                 "max_num_batched_tokens": self.max_num_batched_tokens, **slo}
+
+
+def extra_fields() -> list[FieldInfo]:
+    """The spec options the form keeps in `SweepForm.options`: all but its own attributes and those the batch
+    range and the SLO control set. An option declared on SweepSpec lands here, so the form shows it, sends
+    it and fills it again from a stored run without an edit."""
+    own = {f.name for f in fields(SweepForm)} | set(FROM_WIDGETS)
+    return [info for info in spec_fields() if info.name not in own]
 
 
 def device_choices(cluster: list[GpuType] | None, current: str) -> dict[str, str]:
@@ -131,7 +145,7 @@ def check(form: SweepForm, cluster: list[GpuType] | None = None) -> dict[str, st
     spec = form.spec_dict()
     gpu = spec.pop("cluster_gpu", None)
     found = problems(spec, config.model_roots())
-    placement = placement_problem(gpu, 1, cluster or []) if gpu else None  # the form runs one rank
+    placement = placement_problem(gpu, ranks(spec), cluster or []) if gpu else None  # one GPU per rank
     if placement:
         found.setdefault("device", placement)
     range_problem = _range_problem(form)
@@ -275,7 +289,8 @@ def memory_estimate(form: SweepForm, capacity_bytes: int) -> MemoryEstimate:
     """Predicted memory per batch (per max_num_seqs in continuous mode) with the exact lengths the runner
     will draw, and a warning for every one that will not fit or is tight, so a sweep that will OOM is
     flagged before it is launched."""
-    raw = {k: v for k, v in form.spec_dict().items() if k in ESTIMATE_FIELDS}
+    shaping = {info.name for info in spec_fields() if info.memory}
+    raw = {k: v for k, v in form.spec_dict().items() if k in shaping}
     try:
         spec = validate(raw, config.model_roots())
         facts = model_facts(spec.model, spec.dtype)

@@ -11,8 +11,9 @@ from typing import Any
 
 from batchscope.analysis.slo import SLO
 from batchscope.ui import slo_control
-from batchscope.ui.form import CLUSTER, SweepForm
+from batchscope.ui.form import CLUSTER, SweepForm, extra_fields
 from runners.presets import PRESETS
+from runners.spec.options import FieldInfo
 
 MODEL_SOURCES = {"preset": "Preset (random weights)", "path": "Local checkpoint"}
 BATCH_MODES = {"pow2": "Powers of two", "list": "Explicit list"}
@@ -35,8 +36,17 @@ def widget_state(form: SweepForm) -> dict[str, Any]:
         "max_num_batched_tokens": form.max_num_batched_tokens, "url": form.url, "model_name": form.model_name,
         "api_key_env": form.api_key_env, "server_labels": form.server_labels, "server_command": form.server_command,
         "refine_points": form.refine_points,
+        **{info.name: shown(info, form.options.get(info.name, info.default)) for info in extra_fields()},
         **slo_control.state(SLO_PREFIX, form.slo),
     }
+
+
+def shown(info: FieldInfo, value: Any) -> Any:
+    """An option's value as its widget holds it (spec_inputs): a list as its comma text, a number as the
+    declared kind, since a number widget takes only values of its own type."""
+    if info.kind == "list[int]":
+        return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return {"int": int, "float": float}.get(info.kind, lambda kept: kept)(value)
 
 
 def start_state(state: MutableMapping) -> None:
@@ -73,5 +83,6 @@ def form_from_spec(spec: dict[str, Any], slo: SLO | None) -> SweepForm:
         max_num_batched_tokens=int(spec.get("max_num_batched_tokens", defaults.max_num_batched_tokens)),
         **{name: str(spec.get(name) or getattr(defaults, name))
            for name in ("url", "model_name", "api_key_env", "server_labels", "server_command")},
-        refine_points=int(spec.get("refine_points") or 0),
+        refine_points=int(spec.get("refine_points") or 0), name=str(spec.get("name") or ""),
+        options={info.name: spec[info.name] for info in extra_fields() if spec.get(info.name) is not None},
     )

@@ -12,10 +12,9 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from batchscope.analysis.slo import SLO
-
-SLO_METRICS = ("ttft", "itl", "e2e")
-SLO_PERCENTILES = (50, 95, 99)
+from runners.spec.options import SpecError
+from runners.spec.slo import PERCENTILES as SLO_PERCENTILES
+from runners.spec.slo import SLO, SLO_METRICS, parse_slo
 DEFAULT_SLO = SLO("ttft", 95, 500.0)
 URL_PARAM = "slo"
 
@@ -42,17 +41,14 @@ class Keys(NamedTuple):
 
 def slo_param(value: SLO) -> str:
     """The SLO as a URL query value (`ttft:95:500`), so a shared Run link keeps it."""
-    return f"{value.metric}:{value.percentile}:{value.ms:g}"
+    return value.text
 
 
 def parse_slo_param(text: str | None) -> SLO | None:
     """The SLO in a URL, or None when absent or malformed (a bad link then shows no SLO, not an error)."""
-    parts = (text or "").split(":")
-    if len(parts) != 3:
-        return None
     try:
-        return SLO(parts[0], int(parts[1]), float(parts[2]))
-    except ValueError:
+        return parse_slo(text or "", URL_PARAM)
+    except SpecError:
         return None
 
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runners.spec.options import SpecError, copy_given, figure, record
-from runners.spec.sweep import SLO_METRICS, SweepSpec, check_context, check_draws
+from runners.spec.slo import SLO_METRICS
+from runners.spec.sweep import SweepSpec, check_context, check_draws
 
 MAX_RATE = 1_000_000.0  # requests/s: past any server, and every arrival gap stays a finite number
 

@@ -11,11 +11,9 @@ from urllib.parse import urlsplit
 
 from runners.spec.continuous import LoadAxis, check_load, check_slo, longest_request, parse_arrival
 from runners.spec.options import SpecError, copy_given, record
-from runners.spec.sweep import SweepSpec, check_context, check_draws
+from runners.spec.sweep import APIS, PROMPT_FORMATS, SweepSpec, check_context, check_draws
 
 KNOBS = ("max_num_seqs", "max_num_batched_tokens")  # the spec fields a server command may template
-PROMPT_FORMATS = ("auto", "ids", "text")
-APIS = ("auto", "completions", "chat")
 TEXT_FIELDS = ("url", "model_name", "api_key_env", "server_labels", "server_command", "prompt_format", "api")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

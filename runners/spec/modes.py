@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from runners.spec import continuous, endpoint, static
-from runners.spec.sweep import SweepSpec
+from runners.spec.sweep import MODES, SweepSpec
 
 
 class Point(Protocol):
@@ -35,8 +35,7 @@ class ModeSpec(Protocol):
     def check(self, spec: SweepSpec, values: dict[str, Any], found: dict[str, str], context: int | None) -> None: ...
 
 
-MODE_SPECS: dict[str, ModeSpec] = {"static": static, "continuous": continuous, "endpoint": endpoint}
-MODES = tuple(MODE_SPECS)
+MODE_SPECS: dict[str, ModeSpec] = dict(zip(MODES, (static, continuous, endpoint), strict=True))
 
 
 def points(spec: SweepSpec) -> Sequence[Point]:

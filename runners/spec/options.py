@@ -1,6 +1,6 @@
-"""What every spec option shares: its declaration (help, group, bounds) that the command line, the form
-and validation read; the error that names its field; and the one check of an option's value by its
-declared type and bounds, run before any work that grows with the value (issue 38).
+"""What every spec option shares: its declaration (label, help, group, modes, choices, bounds) that the
+command line, the form and validation read; the error that names its field; and the one check of an
+option's value by its declared type and bounds, run before any work that grows with the value (issue 38).
 
 Every message leaves through `cut`: a long value is shown by its first characters and its length, so one
 bad value cannot flood a terminal, a log or the form.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import MISSING, Field, field
+from dataclasses import MISSING, Field, dataclass, field
 from typing import Any
 
 MAX_TEXT = 4096  # characters in a text option: a path, a URL or a command line is never longer
@@ -43,15 +43,52 @@ class SpecError(ValueError):
         self.message = message
 
 
-def option(default: Any = MISSING, *, help: str, group: str = "", factory: Any = MISSING,
+def option(default: Any = MISSING, *, label: str, help: str, group: str = "", factory: Any = MISSING,
            least: float | None = None, most: float | None = None, above: float | None = None,
-           longest: int = MAX_TEXT) -> Any:
-    """A SweepSpec field with its command-line help; `group` names the flag group it is listed in. A number
-    is at least `least`, over `above` and at most `most` (a list's values too; the form's widget stops
-    there); text is at most `longest` characters."""
+           longest: int = MAX_TEXT, choices: tuple[str, ...] = (), modes: tuple[str, ...] = (),
+           memory: bool = False) -> Any:
+    """A SweepSpec field, declared once for the command line, the New sweep form and validation: its form
+    `label`, its `help`, the flag group it is listed in (`group`), the modes it applies to (`modes`; none:
+    every mode), the values it takes (`choices`) and whether it changes the memory the form predicts
+    before a sweep runs (`memory`: the estimate validates only those, so a bad URL never hides it). A
+    number is at least `least`, over `above` and at most `most` (a list's values too; the form's widget
+    stops there); text is at most `longest` characters."""
     bounds = {key: value for key, value in (("least", least), ("most", most), ("above", above)) if value is not None}
     return field(default=default, default_factory=factory,
-                 metadata={"help": help, "group": group, "longest": longest, **bounds})
+                 metadata={"label": label, "help": help, "group": group, "longest": longest, "choices": choices,
+                           "modes": modes, "memory": memory, **bounds})
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One spec option as its readers see it (the CLI, the form, the estimate, "run this again")."""
+
+    name: str
+    kind: str  # "int", "float", "bool", "str" or "list[int]", as the dataclass declares it
+    label: str
+    help: str
+    group: str
+    default: Any
+    least: float | None
+    most: float | None
+    above: float | None
+    longest: int
+    choices: tuple[str, ...]
+    modes: tuple[str, ...]
+    memory: bool
+
+    @classmethod
+    def of(cls, spec_field: Field) -> FieldInfo:
+        meta = spec_field.metadata
+        factory = spec_field.default_factory
+        default = spec_field.default if spec_field.default is not MISSING else None if factory is MISSING else factory()
+        return cls(spec_field.name, str(spec_field.type), meta["label"], meta["help"], meta["group"], default,
+                   meta.get("least"), meta.get("most"), meta.get("above"), meta["longest"], meta["choices"],
+                   meta["modes"], meta["memory"])
+
+    def applies_to(self, mode: str) -> bool:
+        """True when a sweep of `mode` reads this option."""
+        return not self.modes or mode in self.modes
 
 
 def shown(value: Any) -> str:
@@ -157,39 +194,39 @@ def parse_batch_sizes(value: Any, name: str = "batch_sizes", most: int = MAX_BAT
     return sorted({whole(x, name, 1, most) for x in items})
 
 
-def check_option(spec_field: Field, value: Any) -> Any:
+def check_option(info: FieldInfo, value: Any) -> Any:
     """One option's value checked by its declared type and bounds: the value to use, or SpecError."""
-    name, kind, meta = spec_field.name, spec_field.type, spec_field.metadata
+    name, kind = info.name, info.kind
     if kind == "bool":
         if not isinstance(value, bool):
             raise SpecError(name, f"{name} must be true or false, got {shown(value)}")
         return value
     if kind == "int":
-        return whole(value, name, meta["least"], meta["most"])
+        return whole(value, name, info.least, info.most)
     if kind == "float":
-        return number(value, name, meta.get("least"), meta.get("most"), meta.get("above"))
+        return number(value, name, info.least, info.most, info.above)
     if kind == "list[int]":
         if value in ("", []):  # none given: the mode's check says whether it needs one
             return value
         single = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return parse_batch_sizes([value] if single else value, name, meta["most"])
+        return parse_batch_sizes([value] if single else value, name, info.most)
     if not isinstance(value, str):
         raise SpecError(name, f"{name} is text, not {_json_type(value)}: {shown(value)}")
-    if len(value) > meta["longest"]:
-        raise SpecError(name, f"{name} is at most {meta['longest']:,} characters, got {len(value):,}")
+    if len(value) > info.longest:
+        raise SpecError(name, f"{name} is at most {info.longest:,} characters, got {len(value):,}")
     return value.strip()
 
 
-def check_options(spec_fields: Iterable[Field], values: dict[str, Any], found: dict[str, str]) -> None:
+def check_options(infos: Iterable[FieldInfo], values: dict[str, Any], found: dict[str, str]) -> None:
     """Check every given option (check_option) in place: a good value is replaced by the one to use, a bad
     one is dropped from `values` with its problem in `found`, so no later check works on it."""
-    for spec_field in spec_fields:
-        if spec_field.name in values:
+    for info in infos:
+        if info.name in values:
             try:
-                values[spec_field.name] = check_option(spec_field, values[spec_field.name])
+                values[info.name] = check_option(info, values[info.name])
             except SpecError as err:
                 found.setdefault(err.field, err.message)
-                del values[spec_field.name]
+                del values[info.name]
 
 
 def copy_given(spec: Any, values: dict[str, Any], *names: str) -> None:

@@ -19,50 +19,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from runners.spec.options import SpecError, copy_given, figure, record
-from runners.spec.sweep import MAX_LATENCY_MS, SLO_METRICS, SweepSpec
+from runners.spec.options import copy_given, record
+from runners.spec.slo import SLO, parse_slo
+from runners.spec.sweep import SweepSpec
 
 PLATEAU_GAIN = 0.10  # the app's default plateau threshold (batchscope.analysis.knee.plateau)
-PERCENTILES = (50, 95, 99)
 REASONS = ("slo", "knee")  # what an added point's `added_for` column says
 
 
-@dataclass(frozen=True)
-class Target:
-    """The latency SLO refinement brackets: `metric` at `percentile` must be ≤ `ms`."""
-
-    metric: str
-    percentile: int
-    ms: float
-
-    @property
-    def column(self) -> str:
-        """The summary column it reads, e.g. `ttft_ms_p95`."""
-        return f"{self.metric}_ms_p{self.percentile}"
-
-    @property
-    def name(self) -> str:
-        return f"P{self.percentile} {self.metric.upper()} ≤ {self.ms:g} ms"
-
-
-def parse_target(text: str) -> Target:
-    """`ttft:95:1000` → Target; the app's URL writes an SLO the same way."""
-    parts = str(text).strip().split(":")
-    if len(parts) != 3:
-        raise SpecError("refine_slo", f"refine_slo must be METRIC:PERCENTILE:MS, e.g. ttft:95:1000: {text!r}")
-    metric, percentile, ms = parts
-    if metric not in SLO_METRICS:
-        raise SpecError("refine_slo", f"the metric must be one of {', '.join(SLO_METRICS)}: {metric!r}")
-    if percentile not in {str(p) for p in PERCENTILES}:
-        raise SpecError("refine_slo", f"the percentile must be 50, 95 or 99: {percentile!r}")
-    try:
-        limit = float(ms)
-    except ValueError:
-        raise SpecError("refine_slo", f"the limit must be milliseconds: {ms!r}") from None
-    if not 0 < limit <= MAX_LATENCY_MS:  # NaN and infinity too
-        raise SpecError("refine_slo", f"the limit must be a positive number of milliseconds, at most "
-                                      f"{figure(MAX_LATENCY_MS)}: {ms!r}")
-    return Target(metric, int(percentile), limit)
+def parse_target(text: str) -> SLO:
+    """`ttft:95:1000` → the SLO refinement brackets; the app's URL writes an SLO the same way."""
+    return parse_slo(text, "refine_slo")
 
 
 @dataclass(frozen=True)
@@ -89,7 +56,7 @@ def _curve(seen: list[Seen]) -> list[Seen]:
     return sorted((s for s in seen if s.ok and s.tokens_per_s is not None), key=lambda s: s.x)
 
 
-def slo_index(curve: list[Seen], target: Target) -> int | None:
+def slo_index(curve: list[Seen], target: SLO) -> int | None:
     """Index of the largest value whose latency meets the target (a missing latency never meets it)."""
     meets = [i for i, s in enumerate(curve) if s.latency_ms is not None and s.latency_ms <= target.ms]
     return meets[-1] if meets else None
@@ -111,7 +78,7 @@ def plateau_index(curve: list[Seen], gain: float = PLATEAU_GAIN) -> int | None:
     return None if start == len(curve) - 1 else start
 
 
-def brackets(seen: list[Seen], target: Target | None, gain: float = PLATEAU_GAIN) -> list[tuple[str, float, float]]:
+def brackets(seen: list[Seen], target: SLO | None, gain: float = PLATEAU_GAIN) -> list[tuple[str, float, float]]:
     """(reason, lo, hi) of each bracket worth narrowing, the SLO's first."""
     curve = _curve(seen)
     found = []
@@ -139,7 +106,7 @@ def narrow(lo: float, hi: float, tolerance: float, whole: bool) -> bool:
     return hi <= lo * (1.0 + tolerance) or (whole and hi - lo <= 1)
 
 
-def next_point(seen: list[Seen], target: Target | None, tolerance: float, whole: bool,
+def next_point(seen: list[Seen], target: SLO | None, tolerance: float, whole: bool,
                gain: float = PLATEAU_GAIN) -> Proposal | None:
     """The value to measure next, or None when every bracket is narrow enough (or cannot be split)."""
     tried = {s.x for s in seen}

@@ -1,7 +1,6 @@
 """A raw spec (CLI flags, spec.json, the New sweep form) → a SweepSpec, or every problem by field."""
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ from runners.quant_layout import QUANT_DTYPES, QUANT_ENGINES
 from runners.spec import parallel, refine
 from runners.spec.modes import MODE_SPECS, MODES
 from runners.spec.options import SpecError, check_options, copy_given, cut, parse_batch_sizes, record
-from runners.spec.sweep import DTYPES, ENGINES, ON_OOM, SweepSpec, model_context
+from runners.spec.sweep import DTYPES, ENGINES, ON_OOM, SweepSpec, model_context, spec_fields
 
 
 def problems(raw: dict[str, Any], model_roots: list[Path] | None = None) -> dict[str, str]:
@@ -37,12 +36,13 @@ def validate(raw: dict[str, Any], model_roots: list[Path] | None = None) -> Swee
 def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> SweepSpec:
     if not isinstance(raw, dict):
         raise SpecError("spec", f"a sweep spec is a JSON object of options, not {type(raw).__name__}")
-    known = {f.name for f in fields(SweepSpec)}
+    infos = spec_fields()
+    known = {info.name for info in infos}
     unknown = sorted(map(repr, set(raw) - known))
     if unknown:
         found["spec"] = f"unknown option(s): {', '.join(unknown)}"
     values = {k: v for k, v in raw.items() if k in known and v is not None}
-    check_options(fields(SweepSpec), values, found)  # types and bounds of every option, before any other check
+    check_options(infos, values, found)  # types and bounds of every option, before any other check
     model = values.get("model", "")
     context = record(found, "model", lambda: _check_model(model, model_roots))
     spec = SweepSpec(model=model)
