@@ -1,5 +1,6 @@
 """Shared test set-up: the gpu marker skips without CUDA; on a runner-only host (a GPU image without the
-app's packages) the app-side test modules are not collected, so `python3 -m pytest -m gpu` runs there."""
+app's packages) the app-side test modules are not collected, so `python3 -m pytest -m gpu` runs there.
+The session fixtures below are what many modules read and none changes, made once per test process."""
 from __future__ import annotations
 
 import ast
@@ -7,8 +8,12 @@ import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from batchscope.store import Store
 
 APP_ONLY = ("duckdb", "streamlit", "kneed")  # what a runner-only host lacks (README: headless sweeps)
 APP_PACKAGES = ("batchscope", "app_pages", "app")  # ours, importable there but needing the above
@@ -70,3 +75,25 @@ def _main_module_kept() -> Iterator[None]:
     main = sys.modules["__main__"]
     yield
     sys.modules["__main__"] = main
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real finished run folder: tiny model on the CPU, three batch sizes. Tests read it or copy it; none
+    writes into it."""
+    from tests.runner_helpers import finished_tiny_run
+
+    return finished_tiny_run(tmp_path_factory.mktemp("made-elsewhere") / "tiny-cpu", "1,2,4", repeats=2)
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """A history DB holding the shipped demo runs (data/demo), which the tests only read. Imported here,
+    not at the top, so a runner-only host without the app's packages can still load this file."""
+    from batchscope.demo import import_demo_runs
+    from batchscope.store import Store
+
+    store = Store(tmp_path_factory.mktemp("demo") / "history.duckdb")
+    import_demo_runs(store, TESTS.parent / "data" / "demo")
+    yield store
+    store.close()

@@ -16,7 +16,7 @@ from batchscope.ingest import ingest_run
 from batchscope.ui.form import SweepForm
 from batchscope.ui.form_state import form_from_spec
 from runners.spec import validate
-from tests.test_pages import home, manager, no_traceback, open_page, texts, tiny_run  # noqa: F401 (fixtures)
+from tests.test_pages import home, manager, no_traceback, open_page, texts  # noqa: F401 (fixtures)
 
 
 def test_run_page_shows_trust_rules_and_cost_at_the_price_set_for_its_device(home, tiny_run: Path) -> None:  # noqa: F811

@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from batchscope.analysis import SLO, Analysis, Marker, analyse, memory_split
-from batchscope.demo import import_demo_runs
 from batchscope.explain.engines import contrast
 from batchscope.explain.latency import latency_sentences
 from batchscope.explain.memory import memory_sentences
@@ -24,7 +23,7 @@ from batchscope.ui import explain_view, slo_control
 from batchscope.ui.run_view import load_run
 from batchscope.units import GiB
 from tests.runner_helpers import REPO
-from tests.test_pages import app, home, manager, no_traceback, texts, tiny_run  # noqa: F401 (fixtures)
+from tests.test_pages import app, home, manager, no_traceback, texts  # noqa: F401 (fixtures)
 
 DEMO = REPO / "data" / "demo"
 
@@ -331,13 +330,6 @@ def test_contrast_without_shared_batches_or_utilisation() -> None:
 
 
 # ---- the demo runs: whole steps, and the page's choices ----
-
-@pytest.fixture(scope="module")
-def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
-    store = Store(tmp_path_factory.mktemp("explain") / "history.duckdb")
-    import_demo_runs(store, DEMO)
-    return store
-
 
 def test_every_demo_run_gives_six_steps_each_a_chart_and_two_sentences(demo_store: Store) -> None:
     slo = SLO("ttft", 95, 500.0)

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from batchscope.ingest import ingest_run
-from tests.test_pages import home, manager, no_traceback, open_page, texts, tiny_run  # noqa: F401 (fixtures)
+from tests.test_pages import home, manager, no_traceback, open_page, texts  # noqa: F401 (fixtures)
 
 
 def two_runs(home, tiny_run: Path, tmp_path: Path) -> None:  # noqa: F811

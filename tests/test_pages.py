@@ -20,16 +20,10 @@ from batchscope.jobs import JobManager
 from batchscope.store import Store
 from batchscope.ui import run_view
 from runners.spec import SweepSpec
-from tests.runner_helpers import REPO, finished_tiny_run, run_runner
+from tests.runner_helpers import REPO, run_runner
 
 PAGES = ("app_pages/new_sweep.py", "app_pages/run.py", "app_pages/history.py")
 TIMEOUT_S = 60
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real finished run folder: tiny model on the CPU, three batch sizes."""
-    return finished_tiny_run(tmp_path_factory.mktemp("made-elsewhere") / "tiny-cpu", "1,2,4", repeats=2)
 
 
 @pytest.fixture

@@ -9,16 +9,13 @@ from batchscope.explain import continuous, parallel, partners, quantised
 from batchscope.explain.told import Told
 from batchscope.analysis import SLO, analyse
 from batchscope.units import tok_s
-from batchscope.demo import import_demo_runs
 from batchscope.explain.words import measured
 from batchscope.explain.charts import resize
 from batchscope.store import Store
 from batchscope.ui import explain_view
 from batchscope.ui.run_view import load_run
-from tests.runner_helpers import REPO
 
 GiB = 1024**3
-DEMO = REPO / "data" / "demo"
 CHAT = {"prompt_len": "lognormal:512:0.6", "output_len": "lognormal:256:0.5"}
 
 
@@ -144,13 +141,6 @@ def test_parallel_chapter_who_wins_at_small_and_large_batch_and_memory_per_gpu()
 
 
 # ---- the shipped demo runs ----
-
-@pytest.fixture(scope="module")
-def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
-    store = Store(tmp_path_factory.mktemp("story") / "history.duckdb")
-    import_demo_runs(store, DEMO)
-    return store
-
 
 def demo_walk(store: Store, run_id: str, slo: SLO) -> list:
     return explain_view.walk(load_run(store, run_id, slo), store.runs(), lambda rid: load_run(store, rid, None),

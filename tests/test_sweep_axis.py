@@ -22,7 +22,7 @@ from tests.runner_helpers import run_runner
 from batchscope.analysis.model_facts import model_facts
 from batchscope.analysis.roofline import roofline_table
 from tests.test_charts import CALIBRATION, summary_table, to_dict
-from tests.test_pages import home, manager, no_traceback, open_page, texts, tiny_run  # noqa: F401 (fixtures)
+from tests.test_pages import home, manager, no_traceback, open_page, texts  # noqa: F401 (fixtures)
 
 RATES = [0.5, 1.0, 2.0, 4.0, 8.0]
 RATE = AXES["arrival_rate"]
