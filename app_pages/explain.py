@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from batchscope.explain.step import Step
-from batchscope.ui import explain_present, explain_view, resources, run_view
+from batchscope.ui import explain_present, explain_view, export_view, resources, run_view
 from batchscope.ui.explain_present import Place
 from batchscope.ui.history_view import overlay_labels
 from batchscope.ui.present_keys import present_keys
@@ -100,6 +100,8 @@ if past_end and past_end not in session.get(NOTES, []):
     session[NOTES] = [*session.get(NOTES, []), past_end]
 session[STEP] = index
 publish(place_now())
+with controls:
+    export_view.explain_downloads(data, steps, index if present else None)
 
 def move(delta: int) -> None:
     session[STEP] = min(max(session.get(STEP, 0) + delta, 0), len(steps) - 1)
@@ -132,6 +134,7 @@ else:
     for number, step in enumerate(steps, start=1):
         st.subheader(f"{number}. {step.title}")
         st.altair_chart(step.chart, width="content")
+        export_view.png_button(step.chart, f"{run_id}-step-{number}", key=f"explain_png_{number}")
         for sentence in step.sentences:
             st.markdown(sentence)
         st.divider()
