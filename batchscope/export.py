@@ -26,7 +26,7 @@ STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1200px; margin: 2rem auto;
        padding: 0 1rem; color: #262730; line-height: 1.45; }
 table { border-collapse: collapse; font-size: 0.85rem; display: block; overflow-x: auto; }
-th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: right; white-space: nowrap; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: right; }
 figure { margin: 2rem 0; } figcaption { font-weight: 600; font-size: 1.15rem; margin-bottom: 0.5rem; }
 .exported { color: #808495; font-size: 0.85rem; }
 """
