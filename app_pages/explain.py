@@ -20,7 +20,6 @@ RUN, STEP, PRESENT = "explain_run", "explain_step", "explain_present"
 # the URL this page last wrote; the notes on the link it last read, and the place they are about
 PUBLISHED, NOTES, NOTED_AT = "explain_published", "explain_notes", "explain_noted_at"
 
-store = resources.store()
 runs = resources.runs_or_stop()
 run_ids = runs["run_id"].tolist()
 session = st.session_state
@@ -93,8 +92,7 @@ with controls:
                                                                              f"{metric}_ms_p{percentile}"))
 if slo is not None:
     data = resources.load_run(run_id, slo)
-steps: list[Step] = explain_view.walk(data, runs, lambda rid: resources.load_run(rid, None),
-                                      lambda rid: (store.run(rid) or {}).get("spec"), slo)
+steps: list[Step] = resources.explain_walk(run_id, slo, runs)
 index, past_end = explain_present.clamp_step(session.get(STEP, 0), len(steps))
 if past_end and past_end not in session.get(NOTES, []):
     session[NOTES] = [*session.get(NOTES, []), past_end]
