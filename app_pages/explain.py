@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from batchscope.explain.step import Step
-from batchscope.ui import explain_present, explain_view, resources, run_view
+from batchscope.ui import explain_present, explain_view, export_view, resources, run_view
 from batchscope.ui.explain_present import Place
 from batchscope.ui.history_view import overlay_labels
 from batchscope.ui.present_keys import present_keys
@@ -20,7 +20,6 @@ RUN, STEP, PRESENT = "explain_run", "explain_step", "explain_present"
 # the URL this page last wrote; the notes on the link it last read, and the place they are about
 PUBLISHED, NOTES, NOTED_AT = "explain_published", "explain_notes", "explain_noted_at"
 
-store = resources.store()
 runs = resources.runs_or_stop()
 run_ids = runs["run_id"].tolist()
 session = st.session_state
@@ -93,13 +92,14 @@ with controls:
                                                                              f"{metric}_ms_p{percentile}"))
 if slo is not None:
     data = resources.load_run(run_id, slo)
-steps: list[Step] = explain_view.walk(data, runs, lambda rid: resources.load_run(rid, None),
-                                      lambda rid: (store.run(rid) or {}).get("spec"), slo)
+steps: list[Step] = resources.explain_walk(run_id, slo, runs)
 index, past_end = explain_present.clamp_step(session.get(STEP, 0), len(steps))
 if past_end and past_end not in session.get(NOTES, []):
     session[NOTES] = [*session.get(NOTES, []), past_end]
 session[STEP] = index
 publish(place_now())
+with controls:
+    export_view.explain_downloads(data, steps, index if present else None)
 
 def move(delta: int) -> None:
     session[STEP] = min(max(session.get(STEP, 0) + delta, 0), len(steps) - 1)
@@ -132,6 +132,7 @@ else:
     for number, step in enumerate(steps, start=1):
         st.subheader(f"{number}. {step.title}")
         st.altair_chart(step.chart, width="content")
+        export_view.png_button(step.chart, f"{run_id}-step-{number}", key=f"explain_png_{number}")
         for sentence in step.sentences:
             st.markdown(sentence)
         st.divider()

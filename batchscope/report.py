@@ -147,6 +147,12 @@ def to_json(report: Report) -> str:
 def to_markdown(report: Report) -> str:
     """A title, the markers with their sentences, the working point's cost, the notes, the comparison with a
     baseline, then one table row per point."""
+    return "\n".join(head_lines(report) + body_lines(report))
+
+
+def head_lines(report: Report) -> list[str]:
+    """The report's title and what a reader needs before any number: what ran, on what, the SLO (the exported
+    HTML report puts its charts between this and `body_lines`)."""
     run, analysis = report.run, report.analysis
     head = run_header(run)
     lines = [f"# {head['name'] or head['run_id']} ({head['run_id']})", "",
@@ -161,8 +167,15 @@ def to_markdown(report: Report) -> str:
     if guard:
         lines += [f"Accuracy guard: {guard}", ""]
     slo = analysis.slo
-    lines += [f"Plateau gain threshold: {pct(analysis.plateau_gain)} per doubling. SLO: "
-              + ("none" if slo is None else f"{slo.name} ≤ {num(slo.ms)} ms") + ".", "", "## Markers", ""]
+    return lines + [f"Plateau gain threshold: {pct(analysis.plateau_gain)} per doubling. SLO: "
+                    + ("none" if slo is None else f"{slo.name} ≤ {num(slo.ms)} ms") + ".", ""]
+
+
+def body_lines(report: Report) -> list[str]:
+    """The markers with their sentences, the working point's cost, the notes, the baseline, every point."""
+    analysis = report.analysis
+    slo = analysis.slo
+    lines = ["## Markers", ""]
     for name, marker in analysis.markers().items():
         title = name.replace("_", " ")
         lines.append(f"- **{title}**: " + ("none" if marker is None else f"{analysis.axis.at(marker.x)}. {marker.sentence}"))
@@ -180,8 +193,7 @@ def to_markdown(report: Report) -> str:
     lines += ["## Points", ""]
     if "added_for" in analysis.table and analysis.table["added_for"].notna().any():
         lines += ["A `+` after a value marks a point the runner's refinement added.", ""]
-    lines += points_table(with_cost(analysis.table, report.price), slo, analysis.axis)
-    return "\n".join(lines)
+    return lines + points_table(with_cost(analysis.table, report.price), slo, analysis.axis)
 
 
 def baseline_lines(versus: Comparison) -> list[str]:

@@ -66,8 +66,8 @@ def serve_app(tmp_path: Path, env: dict[str, str], *options: str, port: int | No
     log = (tmp_path / "streamlit.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-         "--server.address", "localhost", "--server.headless", "true", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false", *options],
+         "--server.address", "localhost", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+         *options],  # no file watcher: .streamlit/config.toml says so, as it does for `streamlit run` by hand
         cwd=REPO, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://localhost:{port}"
     deadline = time.monotonic() + 60

@@ -102,7 +102,8 @@ def test_pages_with_stored_runs_show_charts_markers_table_and_overlay(home, tiny
     assert "output tokens/s" in linked.proto.spec and "time in the repeat (s)" in steps.proto.spec
     sentences = " ".join(texts(run_page, "markdown"))
     assert "Every measured batch meets the" in sentences and "is recommended" in sentences
-    assert len(run_page.get("download_button")) == 2
+    assert [b.proto.label for b in run_page.get("download_button")] == [
+        "Download CSV", "Download Parquet", "Download report", "Download charts as PNG"]
     assert len(run_page.dataframe) >= 1
     history = open_page("app_pages/history.py")
     no_traceback(history)

@@ -10,9 +10,11 @@ import streamlit as st
 from batchscope.demo import import_demo_runs
 from batchscope.analysis import SLO
 from batchscope.backends.ray_cluster import ClusterError, GpuType
+from batchscope.explain.step import Step
 from batchscope.jobs import JobManager
 from batchscope.store import Store
 from batchscope.store_file import StoreUnavailableError
+from batchscope.ui import explain_view
 from batchscope.ui.plain_text import plain
 from batchscope.ui.run_cache import RunCache
 from batchscope.ui.run_view import RunData
@@ -93,3 +95,19 @@ def runs_or_stop() -> pd.DataFrame:
         st.page_link("app_pages/new_sweep.py", label="Start a new sweep", icon=":material/play_arrow:")
         st.stop()
     return runs
+
+
+def explain_walk(run_id: str, slo: SLO | None, runs: pd.DataFrame) -> list[Step]:
+    """Explain's story for a run under `slo`, told once per change of the stored runs: building it (every
+    chapter's partner runs, each step's Altair chart) took most of a warm Explain page's time, on every
+    rerun, though it only changes when a run gains points, is renamed, ends, or comes and goes."""
+    stored = runs[["run_id", "name", "state", "points", "points_ok", "finished_at"]].astype(str)
+    return _walk(run_id, slo, tuple(map(tuple, stored.to_numpy())), runs)
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _walk(run_id: str, slo: SLO | None, version: tuple, _runs: pd.DataFrame) -> list[Step]:
+    """The walk itself; Streamlit keys it on run, SLO and `version` (an argument named with `_` is not hashed)."""
+    data = load_run(run_id, slo)
+    return explain_view.walk(data, _runs, lambda rid: load_run(rid, None),
+                             lambda rid: (store().run(rid) or {}).get("spec"), slo)

@@ -9,7 +9,7 @@ from batchscope import charts, timeline
 from batchscope.analysis import SLO
 from batchscope.analysis.cost import at_working_point, device_type, with_cost
 from batchscope.store import Store
-from batchscope.ui import answers_view, run_view, run_view_tables, tables
+from batchscope.ui import answers_view, export_view, run_view, run_view_tables, tables
 from batchscope.ui.plain_text import plain
 
 
@@ -39,10 +39,9 @@ def show_results(store: Store, data: run_view.RunData, progress: dict, slo: SLO 
     noisy = run_view.noise_warning(data.run, data.table, data.analysis.axis)
     if noisy:
         st.warning(plain(noisy), icon=":material/ssid_chart:")
-    st.vega_lite_chart(spec=charts.linked_charts(data.table, data.analysis, slo, percentile=percentile,
-                                                 memory_split=data.split, run=data.run.get("name") or run_id,
-                                                 per_gpu=data.per_gpu),
-                       width="content")
+    spec = charts.linked_charts(data.table, data.analysis, slo, percentile=percentile, memory_split=data.split,
+                                run=data.run.get("name") or run_id, per_gpu=data.per_gpu)
+    st.vega_lite_chart(spec=spec, width="content")
     st.caption("Hover a point in any chart to highlight it in all of them and read its values. Dashed vertical "
                "rules mark the knee markers and the working point; red rules mark out-of-memory batches.")
     for line in (answers_view.trust_words(data.table, data.analysis.axis),
@@ -75,6 +74,7 @@ def show_results(store: Store, data: run_view.RunData, progress: dict, slo: SLO 
     parquet_col.download_button("Download Parquet", run_view_tables.parquet_bytes(data.table),
                                 file_name=f"{run_id}.parquet", mime="application/vnd.apache.parquet",
                                 icon=":material/download:")
+    export_view.run_downloads(data, spec, price)
 
 
 def price_control(store: Store, gpu: str) -> float | None:

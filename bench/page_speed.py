@@ -1,0 +1,114 @@
+"""Page speed as a user feels it: navigation to the last chart drawn, in headless Chromium, warm server.
+
+    python bench/page_speed.py [--app-dir DIR] [--repeats 5] [--json PATH]
+
+Starts `streamlit run app.py` in --app-dir (default: this checkout) on a fresh history holding only the
+shipped demo runs (imported on first start), opens each page once to warm the server (its caches, the
+analyses), then times `--repeats` fresh tabs per page: from navigation start (performance.timeOrigin)
+to the moment the page is ready, meaning every Vega chart holds drawn marks (or, for History, the table
+is drawn), no spinner shows and Streamlit's "running" status is gone. Prints the median and range per page
+(issue 34's bar: ≤ 2.0 s each on a 2-core machine with the server and the browser on it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+RUN = "h200-fast-8b-bf16-chat"
+PAGES = {  # name -> (path and query, what must be drawn)
+    "Run (8B chat)": (f"run?run={RUN}", "chart"),
+    "History (table)": ("history", "table"),
+    "Explain present link": (f"explain?run={RUN}&step=1&present=1", "chart"),
+}
+READY = """kind => {
+  const busy = document.querySelector('[data-testid="stSpinner"], [data-testid="stSkeleton"]')
+    || document.querySelector('[data-testid="stStatusWidgetRunningIcon"], [data-testid="stStatusWidgetRunningManIcon"]')
+    || document.querySelector('[data-stale="true"]');
+  if (busy) return false;
+  if (kind === 'table') {
+    return document.querySelector('[data-testid="stDataFrame"] canvas') ? performance.now() : false;
+  }
+  const charts = Array.from(document.querySelectorAll('[data-testid="stVegaLiteChart"]'));
+  return charts.length > 0 && charts.every(c => c.querySelector('svg .role-mark, canvas')) ? performance.now() : false;
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def serve(app_dir: Path, home: Path) -> tuple[str, subprocess.Popen]:
+    """`streamlit run app.py` in app_dir with its own history under home; returns once healthy."""
+    port = free_port()
+    env = {**os.environ, "BATCHSCOPE_DB": str(home / "history.duckdb"), "BATCHSCOPE_RUNS": str(home / "runs")}
+    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                                "--server.headless", "true"], cwd=app_dir, env=env,
+                               stdout=(home / "streamlit.log").open("w"), stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    for _ in range(200):
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                return url, process
+        except OSError:
+            time.sleep(0.3)
+    process.kill()
+    raise SystemExit(f"streamlit did not start: {(home / 'streamlit.log').read_text()[-2000:]}")
+
+
+def time_page(browser, url: str, kind: str) -> float:
+    """Seconds from navigation start to ready, in a fresh tab (a new Streamlit session)."""
+    tab = browser.new_page(viewport={"width": 1440, "height": 900})
+    try:
+        tab.goto(url, wait_until="commit")
+        tab.wait_for_timeout(50)  # let the first spinner appear before READY can see an empty page as done
+        ready = tab.wait_for_function(READY, arg=kind, timeout=120_000, polling=20).json_value()
+        return ready / 1000
+    finally:
+        tab.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--app-dir", type=Path, default=REPO)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as home:
+        url, process = serve(args.app_dir.resolve(), Path(home))
+        try:
+            with sync_playwright() as driver:
+                browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                time_page(browser, url, "chart")  # first start: imports the demo runs
+                for path, kind in PAGES.values():
+                    time_page(browser, f"{url}/{path}", kind)  # warm: analyses cached, modules imported
+                results = {name: [time_page(browser, f"{url}/{path}", kind) for _ in range(args.repeats)]
+                           for name, (path, kind) in PAGES.items()}
+                browser.close()
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    print(f"| page | median s | min–max s (n = {args.repeats}) |\n|---|---|---|")
+    for name, seconds in results.items():
+        print(f"| {name} | **{statistics.median(seconds):.2f}** | {min(seconds):.2f}–{max(seconds):.2f} |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""A clean server: `streamlit run app.py` with the shipped .streamlit/config.toml, every page opened by its own
+link in headless Chromium; the server log must hold no file-watcher (inotify) lines and no traceback, and the
+only failed requests must be the deep-link probes Streamlit's front end makes itself.
+
+Those probes: opening `/history` fresh, Streamlit's front end first tries `/history/_stcore/health` and
+`/history/_stcore/host-config` (404), then `/_stcore/...` (200) — streamlit/streamlit#7074, open upstream;
+no config option moves it (the base URL it starts from can only be set by a page embedding the app).
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.runner_helpers import REPO
+from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, serve_app
+
+playwright = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.browser
+PAGES = {"run": CHART + " svg", "history": '[data-testid="stDataFrame"]', "explain": CHART + " svg",
+         "explain?present=1": CHART + " svg", "new_sweep": 'h1:has-text("New sweep")'}
+UPSTREAM_PROBE = re.compile(r"^/(run|history|explain|new_sweep)/_stcore/(health|host-config)$")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The app on a fresh history (the demo runs are imported on first start), and its log file."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed")
+    url, process, log = serve_app(tmp_path, {"BATCHSCOPE_DB": str(tmp_path / "history.duckdb"),
+                                             "BATCHSCOPE_RUNS": str(tmp_path / "runs")})
+    yield url, tmp_path / "streamlit.log"
+    process.terminate()
+    process.wait(timeout=20)
+    log.close()
+
+
+def test_the_shipped_config_watches_no_files() -> None:
+    server = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())["server"]
+    assert server["fileWatcherType"] == "none" and server["runOnSave"] is False
+
+
+def test_every_page_opened_by_its_link_leaves_a_clean_log_and_fails_no_request_of_ours(served) -> None:
+    url, log = served
+    failed: list[tuple[int, str]] = []
+    answered: dict[str, int] = {}
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        tab = browser.new_page(viewport={"width": 1440, "height": 900})
+        errors: list[str] = []
+        tab.on("pageerror", lambda error: errors.append(str(error)))
+
+        def seen(response) -> None:
+            path = response.url.removeprefix(url)
+            answered[path] = response.status
+            if response.status >= 400:
+                failed.append((response.status, path))
+
+        tab.on("response", seen)
+        tab.goto(url)
+        tab.get_by_role("heading", name="BatchScope").wait_for(timeout=60_000)
+        for page, ready in PAGES.items():
+            tab.goto(f"{url}/{page}")
+            tab.locator(ready).first.wait_for(timeout=60_000)
+        browser.close()
+    text = log.read_text()
+    assert not re.search(r"inotify|watchdog|Traceback| 404 ", text, re.IGNORECASE), text[-3000:]
+    assert [f for f in failed if not UPSTREAM_PROBE.match(f[1].split("?")[0])] == [], failed
+    assert answered.get("/_stcore/health") == 200 and answered.get("/_stcore/host-config") == 200, answered
+    assert not errors, errors
