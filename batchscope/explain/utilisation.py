@@ -41,7 +41,7 @@ def utilisation_sentences(run: dict[str, Any], table: pd.DataFrame) -> tuple[str
             gain = (f", {times(tb / float(at_sat.iloc[0]['output_tokens_per_s']))} what batch {bs} gave"
                     if not at_sat.empty else "")
             first = (f"GPU busy-time (NVML) first reaches {BUSY_PCT:.0f} % at batch {bs} "
-                     f"({pct_value(sat['gpu_util_pct'])}), yet throughput keeps rising until batch {bb} "
+                     f"({pct_value(sat['gpu_util_pct'])}), yet throughput goes on to its best median at batch {bb} "
                      f"({tok_s(tb)}{gain}): busy-time only says some kernel was running, not how much of the GPU it used.")
         elif bs == bb:
             first = (f"GPU busy-time (NVML) reaches {BUSY_PCT:.0f} % at batch {bs} "
