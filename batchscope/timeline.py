@@ -58,6 +58,24 @@ def timeline_frames(steps: pd.DataFrame, kv_capacity_tokens: float | None, kv_bl
     return frames, per_value
 
 
+def split_tokens(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The token mix as one panel per kind, each on its own scale: a prefill chunk of thousands of tokens
+    would flatten the decode tokens (one per running request, tens) to a line at 0 on a shared axis."""
+    tokens = frames.get("tokens")
+    if tokens is None:
+        return frames
+    split: dict[str, pd.DataFrame] = {}
+    for name, frame in frames.items():
+        if name != "tokens":
+            split[name] = frame
+            continue
+        for series in ("decode tokens", "prefill tokens"):
+            part = frame[frame["series"] == series]
+            if not part.empty:
+                split[f"{series} per step"] = part
+    return split
+
+
 def timeline_chart(steps: pd.DataFrame, kv_capacity_tokens: float | None, max_num_seqs: float | None,
                    kv_block_size: float | None = None) -> alt.VConcatChart | None:
     """Stacked panels on one time axis, with the max_num_seqs and 100 % capacity lines where known;
@@ -67,12 +85,11 @@ def timeline_chart(steps: pd.DataFrame, kv_capacity_tokens: float | None, max_nu
         return None
     x = alt.X("t_s:Q", title="time in the repeat (s)")
     titles = {"slots": "slots: requests admitted and decode width", "kv": "KV cache",
-              "tokens": "tokens per step: prefill vs decode",
               "preemptions": "preemptions: requests whose KV was freed for others and recomputed later"}
     limits = {"slots": (max_num_seqs, f"max_num_seqs {max_num_seqs:g}" if max_num_seqs else ""),
               "kv": (100.0 if kv_capacity_tokens else None, "capacity")}
     panels = []
-    for name, frame in frames.items():
+    for name, frame in split_tokens(frames).items():
         colour = alt.Color("series:N", title=None, scale=alt.Scale(scheme="tableau10"),
                            legend=alt.Legend(orient="right", labelLimit=260))
         line = alt.Chart(frame).mark_line(interpolate="step-after", strokeWidth=1.5).encode(
@@ -86,7 +103,7 @@ def timeline_chart(steps: pd.DataFrame, kv_capacity_tokens: float | None, max_nu
             layers += [alt.Chart(rule).mark_rule(color="black", strokeDash=[4, 3]).encode(y="value:Q"),
                        alt.Chart(rule).mark_text(align="left", baseline="bottom", dy=-2, fontSize=10).encode(
                            y="value:Q", x=alt.value(4), text="label:N")]
-        title = titles[name] + (f" (each value averages {per_value} steps)" if per_value > 1 else "")
+        title = titles.get(name, name) + (f" (each value averages {per_value} steps)" if per_value > 1 else "")
         panels.append(alt.layer(*layers).properties(title=title, width=WIDTH, height=HEIGHT))
     return alt.vconcat(*panels, spacing=12).resolve_scale(x="shared", color="independent").configure_title(
         anchor="start", fontSize=13)

@@ -360,3 +360,77 @@ def test_home_shows_each_latest_runs_best_throughput() -> None:
     assert [(r["label"], r["best"], r["shown"]) for r in rows] == [("one point", 0.0, "no finished point"),
                                                                    ("b", 4201.3, "4 201 tok/s")]
     assert spec["encoding"]["x"]["field"] == "best" and spec["height"] == {"step": 22}
+
+
+# ---- presentation v2 (issue 34): one colour per series, 0–100 % utilisation, CPU runs said as CPU ----
+
+def colour_scales(panel: dict) -> dict[str, str]:
+    """Series → colour over every unit layer of a panel that colours by series with an explicit scale."""
+    found: dict[str, str] = {}
+    for layer in layers_of(panel):
+        scale = (layer.get("encoding", {}).get("color") or {}).get("scale") or {}
+        if (layer.get("encoding", {}).get("color") or {}).get("field") == "series" and "domain" in scale:
+            found.update(zip(scale["domain"], scale["range"]))
+    return found
+
+
+def test_every_series_keeps_one_colour_and_the_roofline_shares_none(run) -> None:
+    points, analysis, split, slo = run
+    panels = grid_panels(charts.linked_charts(analysis.table, analysis, slo, memory_split=split))
+    latency, throughput = colour_scales(panels["latency"]), colour_scales(panels["throughput"])
+    assert latency["ITL P95"] != latency["roofline decode step"] == palette.ROOFLINE  # once one orange served both
+    assert throughput["roofline prediction"] == palette.ROOFLINE and throughput["measured"] == "#4c78a8"
+    assert latency["TTFT P95"] == palette.series_colour("TTFT P50")  # a metric's colour at every percentile
+    measured = [colour for start, colour in palette.SERIES_COLOURS if start != "roofline"]
+    assert palette.ROOFLINE not in measured and palette.ROOFLINE not in palette.MARKER_COLOURS.values()
+    assert len({palette.series_colour(s) for s in ("TTFT P95", "queue wait (in TTFT) P95", "ITL P95", "E2E P95",
+                                                   "roofline decode step")}) == 5
+    explain = explain_charts.latency_chart(points).to_dict()
+    explain_scale = next(layer["encoding"]["color"]["scale"] for layer in explain["layer"]
+                         if (layer.get("encoding", {}).get("color") or {}).get("field") == "series")
+    assert dict(zip(explain_scale["domain"], explain_scale["range"]))["ITL P95"] == latency["ITL P95"]
+
+
+def test_queue_wait_is_drawn_dashed_over_the_ttft_it_belongs_to() -> None:
+    assert palette.is_dashed("queue wait (in TTFT) P95") and not palette.is_dashed("TTFT P95")
+    assert palette.dash_test(["TTFT P95", "queue wait (in TTFT) P95", "roofline decode step"]) == (
+        "datum.series === 'queue wait (in TTFT) P95' || datum.series === 'roofline decode step'")
+    assert palette.dash_test(["TTFT P95"]) == "false"
+
+
+def test_a_cpu_run_draws_its_cpu_share_on_0_to_100_and_no_activation_part() -> None:
+    table = summary_table(points=3).assign(gpu_util_pct=np.nan, mem_ctrl_util_pct=np.nan,
+                                           cpu_pct=[120.0, 180.0, 196.0])  # 2 cores: up to 200 per process
+    frame = frames.utilisation_frame(table, cpu_cores=2)
+    assert set(frame["series"]) == {"process CPU (% of 2 cores)"} and frame["value"].tolist() == [60.0, 90.0, 98.0]
+    analysis = analyse(table, None, None)
+    spec = charts.linked_charts(table, analysis, memory_split=memory_split(table), cpu_cores=2, on_gpu=False)
+    panels = grid_panels(spec)
+    hover = next(layer for layer in layers_of(panels["utilisation"]) if layer.get("name") == "hover_utilisation")
+    assert hover["encoding"]["y"]["scale"]["domain"] == [0, 100.0]
+    assert title(panels["utilisation"]).startswith("CPU utilisation (%)")
+    memory_parts = {row["series"] for name, rows in spec["datasets"].items() for row in rows if "order" in row}
+    assert "activations + workspace" not in memory_parts and "weights" in memory_parts
+    assert "activations are not told apart" in title(panels["memory"])
+    gpu = grid_panels(charts.linked_charts(summary_table(points=3), analyse(summary_table(points=3), None, None),
+                                           memory_split=memory_split(summary_table(points=3))))
+    assert "activations" not in title(gpu["memory"]) and title(gpu["utilisation"]) == "utilisation (%)"
+
+
+def test_a_cpu_runs_cost_line_says_nothing_per_gpu() -> None:
+    from batchscope.analysis.cost import at_working_point
+    table = analyse(summary_table(points=3), None, None).table
+    marker = analyse(summary_table(points=3), None, None).working_point
+    assert "per GPU" in at_working_point(table, marker, None)
+    cpu = at_working_point(table, marker, None, on_gpu=False)
+    assert "GPU" not in cpu and cpu.endswith("set a price per hour to read its cost.")
+    assert "per hour of the machine" in at_working_point(table, marker, 2.0, on_gpu=False)
+
+
+def test_the_grid_uses_the_window_width_it_has() -> None:
+    assert layout.panel_width(None) == layout.PANEL_WIDTH == 540  # before the browser says its width
+    assert layout.panel_width(1440) == 540 and layout.panel_width(1280) == 540  # never narrower than at 1440
+    assert layout.panel_width(1920) == 780  # (1920 − (1440 − 2 × 540)) / 2: the 480 px more, shared by two
+    table = summary_table(points=3)
+    panels = grid_panels(charts.linked_charts(table, analyse(table, None, None), width=780))
+    assert {panel["width"] for panel in panels.values()} == {780}

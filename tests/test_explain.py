@@ -2,6 +2,7 @@
 through AppTest with the shipped demo runs and with a tiny CPU run made by the real runner."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -90,17 +91,37 @@ def test_throughput_title_says_what_the_curve_does() -> None:
     assert title(falling, analysis(falling)).startswith("Throughput is highest at the smallest batch, 1")
 
 
-def test_a_fall_inside_the_repeats_spread_is_named_with_its_noise() -> None:
-    """Median 1 000 → 800 (20 %, over the 10 % a doubling must add) but the repeats overlap: the title and
-    sentence say it peaks and falls, and that the size of the fall is within the noise."""
+def test_a_fall_inside_the_repeats_spread_is_no_fall() -> None:
+    """Median 1 000 → 800 (20 %, over the 10 % a doubling must add) but the repeats overlap: by the noise
+    rule that is no fall, so neither the title nor the sentence calls it one; the plateau rule (batch 2,
+    the step into it resolved) names where it stops."""
     table = points(output_tokens_per_s=[500.0, 1000.0, 800.0], output_tokens_per_s_min=[490.0, 900.0, 700.0],
                    output_tokens_per_s_max=[510.0, 1100.0, 950.0], decode_step_ms=[5.0, 6.0, 12.0])
-    call = analysis(table)  # no plateau called (as the Run page leaves it when noise hides where it starts)
-    assert throughput_title(table, call) == "Throughput peaks at batch 2, then falls (within the repeats' noise)"
+    call = analysis(table)
+    assert throughput_title(table, call) == "Throughput plateaus past batch 2"
     assert throughput_sentences(table, call)[1] == (
-        "Past its peak at batch 2 the median falls: batch 4 gives 800 tok/s, 20 % less (their repeats overlap, "
-        "900–1 100 tok/s against 700–950 tok/s, so how much is noise, but it bought nothing); a decode step went "
-        "from 6 ms at batch 2 to 12 ms at batch 4, 2.0× for 2.0× the rows.")
+        "Past batch 2 it plateaus: batch 4 gives 800 tok/s, against 1 000 tok/s at batch 2: no change beyond the "
+        "repeats' noise (batch 2: 900–1 100 tok/s; batch 4: 700–950 tok/s); a decode step went from 6 ms at "
+        "batch 2 to 12 ms at batch 4, 2.0× for 2.0× the rows.")
+    apart = table.assign(output_tokens_per_s_min=[490.0, 950.0, 700.0], output_tokens_per_s_max=[510.0, 1100.0, 900.0])
+    assert throughput_title(apart, call) == "Throughput peaks at batch 2, then falls"  # 700–900 vs 950–1 100
+
+
+def test_when_the_noise_hides_where_the_plateau_starts_the_title_says_where_it_levels_off() -> None:
+    """The 8B chat run's shape by hand: 1 → 4 resolved, 4 → 8 → 16 overlapping (the plateau rule cannot
+    call it and leaves the working point up to 16), 16 → 32 adds 8.6 % (< 10 %), 32 → 64 lower, all
+    overlapping batch 16's repeats: it levels off by 16, with no peak or fall claimed."""
+    table = points(output_tokens_per_s=[200.0, 300.0, 500.0, 650.0, 1000.0, 1086.0, 875.0],
+                   output_tokens_per_s_min=[199.0, 250.0, 450.0, 480.0, 790.0, 950.0, 720.0],
+                   output_tokens_per_s_max=[201.0, 340.0, 585.0, 917.0, 1190.0, 1360.0, 1160.0])
+    call = analysis(table)
+    assert throughput_title(table, call) == "Throughput levels off by batch 16"
+    first, second = throughput_sentences(table, call)
+    assert first == "Throughput rises from 200 tok/s at batch 1 to 1 000 tok/s at batch 16: 5.0× the throughput " \
+                    "for a 16× larger batch."
+    assert second.startswith("By batch 16 it levels off: batch 32 gives 1 086 tok/s and batch 64 gives 875 tok/s, "
+                             "against 1 000 tok/s at batch 16: no change beyond the repeats' noise, which also hides "
+                             "where from batch 4 to 16 the plateau starts (batch 4: 450–585 tok/s; ")
 
 
 def test_a_dip_that_recovers_is_named() -> None:
@@ -171,8 +192,8 @@ def test_busy_time_saturates_before_throughput_and_gpm_at_the_best_batch() -> No
                    sm_util_pct=[5.0, 10.0, 20.0, 40.0], tensor_active_pct=[1.0, 2.0, 3.0, 5.0],
                    dram_bw_util_pct=[10.0, 20.0, 40.0, 60.0])
     first, second = utilisation_sentences({"device": "cuda"}, table)
-    assert first.startswith("GPU busy-time (NVML) first reaches 90 % at batch 2 (95 %), yet throughput keeps "
-                            "rising until batch 8 (800 tok/s, 4.0× what batch 2 gave)")
+    assert first.startswith("GPU busy-time (NVML) first reaches 90 % at batch 2 (95 %), yet throughput goes on to "
+                            "its best median at batch 8 (800 tok/s, 4.0× what batch 2 gave)")
     assert second == ("At batch 8, where throughput is best, the GPM counters say the SMs are active 40 % of the "
                       "time, the tensor cores 5 % and DRAM bandwidth is 60 % used: the GPU is mostly moving "
                       "memory, not doing matrix math.")
@@ -357,6 +378,67 @@ def test_every_demo_run_gives_six_steps_each_a_chart_and_two_sentences(demo_stor
         assert len(set(told)) == len(told), key
 
 
+LATENCY_WORDS = ("TTFT", "ITL", "E2E")
+CHANGE_WORDS = re.compile(r"\b(falls?|fell|rises?|rising|peaks?|dips?|loses)\b", re.IGNORECASE)
+NOISE_WORDS = re.compile(r"noise|repeats overlap", re.IGNORECASE)
+
+
+def drawn(chart_spec: dict) -> str:
+    """What a chart draws, as words: its axis titles and the series (and runs) of its data."""
+    found: list[str] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "y" and isinstance(value, dict) and isinstance(value.get("title"), str):
+                    found.append(value["title"])
+                if key == "title" and isinstance(value, str):
+                    found.append(value)
+                visit(value)
+        elif isinstance(node, list):
+            for item in node:
+                if isinstance(item, dict) and "series" in item:
+                    found.append(str(item["series"]))
+                else:
+                    visit(item)
+    visit(chart_spec)
+    return " | ".join(found)
+
+
+def test_every_explain_step_of_the_shipped_runs_names_what_its_chart_draws_and_never_calls_noise_a_change(
+        demo_store: Store) -> None:
+    """Every step of every shipped static run's whole walk (its six steps and the chapters other runs allow):
+    a latency metric (TTFT, ITL, E2E) is named in the text exactly when the chart draws it, throughput and
+    the decode step the chart draws are named, runs are named, not given by id, and no headline or clause
+    calls a change both a rise/fall and within the noise."""
+    slo = SLO("ttft", 95, 500.0)
+    runs = demo_store.runs()
+    loaded: dict = {}
+    load = (lambda rid: loaded.setdefault(rid, load_run(demo_store, rid, None)))
+    spec_of = (lambda rid: (demo_store.run(rid) or {}).get("spec"))
+    told = 0
+    for run_id in runs["run_id"]:
+        data = load_run(demo_store, run_id, slo)
+        if data.analysis.axis.key != "batch_size":
+            continue  # the page explains batch-size sweeps only
+        for step in explain_view.walk(data, runs, load, spec_of, slo):
+            text = " ".join((step.title, *step.sentences))
+            chart = drawn(step.chart.to_dict())
+            where = (run_id, step.key)
+            assert {w for w in LATENCY_WORDS if w in text} == {w for w in LATENCY_WORDS if w in chart}, \
+                (where, text, chart)
+            if "tokens/s" in chart:
+                assert "throughput" in text.lower() or "tok/s" in text, where
+            if "decode step" in chart:
+                assert "decode step" in text, where
+            assert not any(rid in text for rid in runs["run_id"]), (where, text)
+            assert not (CHANGE_WORDS.search(step.title) and NOISE_WORDS.search(step.title)), (where, step.title)
+            for clause in (c for sentence in step.sentences for c in sentence.split(";")):
+                assert not (CHANGE_WORDS.search(clause) and NOISE_WORDS.search(clause)), (where, clause)
+            told += 1
+    assert told >= 12 * 6  # twelve static runs, six steps each at least
+
+
 def test_default_run_makes_the_case_and_the_partner_is_never_the_cut_short_run(demo_store: Store) -> None:
     runs = demo_store.runs()
     load = (lambda rid: load_run(demo_store, rid, None))
@@ -455,7 +537,7 @@ def test_explain_page_with_the_demo_runs(home, monkeypatch: pytest.MonkeyPatch) 
     titles = texts(at, "subheader")
     total = len(titles)
     assert total == 9 and [t.split(":")[0] for t in titles[-3:]] == [  # the run's six steps, then three chapters
-        "7. Continuous batching moves the knee", "8. Quantised weights move it again", "9. Two GPUs"], titles
+        "7. Continuous batching moves the knee", "8. Quantised weights against full precision", "9. Two GPUs"], titles
     assert len(at.get("vega_lite_chart")) == total
     sentences = step_sentences(at)
     assert len(sentences) == 2 * total and all(sentences), sentences
@@ -517,7 +599,7 @@ def test_explain_and_the_run_page_share_one_noise_rule() -> None:
     run_page = analyse(table, None, None)
     assert run_page.plateau is None and any("within noise" in note for note in run_page.notes)
     second = throughput_sentences(table, run_page)[1]
-    assert "falls" not in second and second.startswith("Past batch 2 it stays level within the noise")
+    assert "falls" not in second and second.startswith("By batch 2 it levels off: batch 4 gives 1 170 tok/s")
     tight = table.assign(output_tokens_per_s_min=[990.0, 1190.0, 1160.0], output_tokens_per_s_max=[1010.0, 1210.0, 1180.0])
     assert throughput_sentences(tight, analyse(tight, None, None))[1].startswith("Past batch 2 it plateaus")
 

@@ -62,7 +62,11 @@ def test_chart_draws_the_limits_it_knows_and_nothing_for_empty_steps() -> None:
     chart = timeline.timeline_chart(continuous_steps(), 80, 4)
     spec = str(chart.to_dict())
     assert "max_num_seqs 4" in spec and "capacity" in spec and "time in the repeat (s)" in spec
-    assert len(chart.vconcat) == 3
+    assert len(chart.vconcat) == 4  # slots, KV, then decode and prefill tokens each on its own scale
+    titles = [panel.title for panel in chart.vconcat]
+    assert titles[2:] == ["decode tokens per step", "prefill tokens per step"]
+    panels = timeline.split_tokens(timeline.timeline_frames(continuous_steps(), 80)[0])
+    assert panels["decode tokens per step"]["value"].tolist() == [0, 1, 2, 2]  # its own scale, not prefill's 20
     empty = continuous_steps().iloc[0:0]
     assert timeline.timeline_chart(empty, 80, 4) is None
 

@@ -56,8 +56,9 @@ def with_cost(table: pd.DataFrame, price: float | None) -> pd.DataFrame:
 
 
 def at_working_point(table: pd.DataFrame, marker: Marker | None, price: float | None,
-                     currency: str = "$") -> str | None:
-    """One sentence: what the working point costs per 1M output tokens and per token in energy."""
+                     currency: str = "$", on_gpu: bool = True) -> str | None:
+    """One sentence: what the working point costs per 1M output tokens and per token in energy. A run
+    `on_gpu` False (a CPU run) is priced per machine-hour and says nothing per GPU."""
     if marker is None:
         return None
     rows = table[(table["x"] == marker.x) & (table["status"] == "ok")]
@@ -67,11 +68,15 @@ def at_working_point(table: pd.DataFrame, marker: Marker | None, price: float | 
     count = int(point["gpus"])
     parts = []
     if price is not None and pd.notna(point["cost_per_mtok"]):
-        parts.append(f"{currency}{point['cost_per_mtok']:.3g} per million output tokens at {currency}{price:g} per "
-                     f"GPU-hour × {count} GPU{'s' if count > 1 else ''}")
+        per = (f"GPU-hour × {count} GPU{'s' if count > 1 else ''}" if on_gpu else "hour of the machine")
+        parts.append(f"{currency}{point['cost_per_mtok']:.3g} per million output tokens at {currency}{price:g} per {per}")
     energy = point.get("energy_per_output_token_j")
     if energy is not None and pd.notna(energy):
         parts.append(f"{num(float(energy))} J per output token")
+    if not on_gpu:
+        if not parts:
+            return f"At the working point: {num(float(point['output_tokens_per_s']))} tok/s; set a price per hour to read its cost."
+        return f"At the working point: {'; '.join(parts)}."
     per_gpu = f"{num(float(point['output_tokens_per_s_per_gpu']))} tok/s per GPU"
     if not parts:
         return f"At the working point: {per_gpu}; set a price per GPU-hour to read its cost."

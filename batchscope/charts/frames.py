@@ -130,21 +130,29 @@ def _trust_note(point: pd.Series, metric: str) -> str:
 
 
 def utilisation_frame(table: pd.DataFrame, run: str = "", columns: Mapping[str, str] | None = None,
-                      per_gpu: pd.DataFrame | None = None) -> pd.DataFrame:
+                      per_gpu: pd.DataFrame | None = None, cpu_cores: int | None = None) -> pd.DataFrame:
     """Long frame of every utilisation metric the run recorded (absent sources are left out), and with
     tensor parallelism the all-reduce's share of the decode step in %, the time no GPU computes.
-    Process CPU % counts 100 per busy core, so it passes 100 on a machine with several.
+    Process CPU % counts 100 per busy core; given the `cpu_cores` the run had (env.json's cpu_count) it is
+    drawn as a share of them, so every line of the panel lies on 0–100 %.
 
     `per_gpu` (Store.gpu_utilisation) holding two or more GPUs replaces the GPU util averaged over
     them with one line per GPU: a replica that finishes its share early shows as its GPU idling."""
     ok = ok_points(table)
     gpus = _per_gpu_rows(ok, per_gpu)
     rows = [pd.DataFrame({"x": ok["x"], "series": label, "value": ok[column]})
+            if column != "cpu_pct" or not cpu_cores else
+            pd.DataFrame({"x": ok["x"], "series": cpu_label(cpu_cores), "value": ok[column] / cpu_cores})
             for column, label in (columns or UTILISATION_COLUMNS).items()
             if column in ok and ok[column].notna().any() and not (column == "gpu_util_pct" and gpus)] + gpus
     if columns is None and "comm_share" in ok and ok["comm_share"].notna().any():
         rows.append(pd.DataFrame({"x": ok["x"], "series": COMM_SERIES, "value": 100.0 * ok["comm_share"]}))
     return _finish(rows, run, PANEL_UNITS["utilisation"])
+
+
+def cpu_label(cores: int) -> str:
+    """The process CPU line as a share of the cores the run had: `process CPU (% of 2 cores)`."""
+    return f"process CPU (% of {cores} core{'s' if cores != 1 else ''})"
 
 
 def _per_gpu_rows(ok: pd.DataFrame, per_gpu: pd.DataFrame | None) -> list[pd.DataFrame]:
@@ -175,6 +183,16 @@ def memory_frame(split: pd.DataFrame, run: str = "") -> pd.DataFrame:
     totals = frame.groupby("x")["value"].transform("sum")
     frame["note"] = [f"{value_text(t, 'GiB')} in all at this point" for t in totals]
     return _finish([frame], run, PANEL_UNITS["memory"])
+
+
+CPU_MEMORY_NOTE = "on a CPU, activations are not told apart from the process's other memory, so none is drawn"
+
+
+def measured_parts(split: pd.DataFrame, on_gpu: bool) -> pd.DataFrame:
+    """The memory split's parts that were measured as what they are named. On a CPU the runner has no
+    allocator peak: "activations" there is the resident memory's growth beyond the KV cache (allocator
+    retention, the interpreter), so a CPU run's split keeps only weights and KV cache."""
+    return split if on_gpu or "part" not in split else split[split["part"].astype(str) != "activations"]
 
 
 def memory_total_frame(table: pd.DataFrame, split: pd.DataFrame, run: str = "") -> pd.DataFrame:

@@ -10,6 +10,17 @@ from batchscope.metric_catalogue import PANEL_UNITS, label
 
 PANEL_WIDTH = 540  # two panels side by side fill a 1440 px window (wide layout, top navigation)
 PANEL_HEIGHT = 200
+PAGE_ROOM = 1440 - 2 * PANEL_WIDTH  # what a 1440 px window keeps beside two panels: padding, axes, the gap
+
+
+def panel_width(window_width: int | None) -> int:
+    """Each Run-page panel's width for the browser's window: two a row use the width there is (a 1920 px
+    window gets 780 px panels, not 540 px with 480 px left empty), never narrower than at 1440 px."""
+    if not window_width:
+        return PANEL_WIDTH
+    return max(PANEL_WIDTH, (int(window_width) - PAGE_ROOM) // 2)
+
+
 TITLES = {"throughput": label("output_tokens_per_s"), "latency": f"latency ({PANEL_UNITS['latency']}, log)",
           "utilisation": f"utilisation ({PANEL_UNITS['utilisation']})", "memory": f"memory ({PANEL_UNITS['memory']})",
           "tradeoff": "throughput vs each user's speed"}

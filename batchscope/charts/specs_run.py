@@ -14,37 +14,40 @@ from typing import Any
 
 import pandas as pd
 
-from batchscope.charts.frames import (EMPTY_LONG, LATENCY_METRICS, ROOFLINE_STEP_SERIES, TRADEOFF_COLUMNS,
-                                      axis_title, axis_values, capacity_frame, concat, latency_frame, marker_frame,
+from batchscope.charts.frames import (CPU_MEMORY_NOTE, EMPTY_LONG, LATENCY_METRICS, ROOFLINE_STEP_SERIES,
+                                      TRADEOFF_COLUMNS, axis_title, axis_values, capacity_frame, concat, latency_frame, marker_frame,
                                       memory_frame, memory_total_frame, primary_utilisation, throughput_frame,
-                                      tradeoff_frame, utilisation_frame)
+                                      measured_parts, tradeoff_frame, utilisation_frame)
 from batchscope.charts.layout import (LABEL_FONT, LABEL_ROW_PX, PANEL_HEIGHT, PANEL_WIDTH, TITLES, capacity_off_scale,
                                       label_rows, log_domain, panel_title, throughput_top)
-from batchscope.charts.palette import MARKER_COLOURS, memory_colour, run_scale
+from batchscope.charts.palette import MARKER_COLOURS, dash_test, memory_colour, run_scale, series_scale
 from batchscope.charts.vega import HOVER, LEGEND, Datasets, nominal, quantitative, when
 from batchscope.units import value_text
 
 def linked_charts(table: pd.DataFrame, analysis: Any, slo: Any = None, percentile: int | None = None,
-                  memory_split: pd.DataFrame | None = None, run: str = "", per_gpu: pd.DataFrame | None = None
-                  ) -> dict:
+                  memory_split: pd.DataFrame | None = None, run: str = "", per_gpu: pd.DataFrame | None = None,
+                  cpu_cores: int | None = None, on_gpu: bool = True, width: int = PANEL_WIDTH) -> dict:
     """The Vega-Lite spec of the linked panels for one run; `table` is the analysed points table.
 
     `percentile` defaults to the SLO's percentile (or P95); `memory_split` is analysis.memory_split's
     long frame (x, part, bytes); `run` names the run in every tooltip; `per_gpu` is each GPU's
-    utilisation per point (utilisation_frame).
+    utilisation per point and `cpu_cores` the cores the run had (utilisation_frame); a run not `on_gpu`
+    draws only the memory parts a CPU measures (frames.measured_parts); `width` is each panel's (see
+    `layout.panel_width`: the page's width, two panels a row).
     """
     percentile = percentile or (slo.percentile if slo is not None else 95)
-    split = memory_split if memory_split is not None else pd.DataFrame(columns=["x", "part", "bytes"])
+    split = measured_parts(memory_split if memory_split is not None else pd.DataFrame(columns=["x", "part", "bytes"]),
+                           on_gpu)
     frames = {
         "throughput": throughput_frame(table, run),
         "latency": latency_frame(table, percentile, run),
-        "utilisation": utilisation_frame(table, run, per_gpu=per_gpu),
+        "utilisation": utilisation_frame(table, run, per_gpu=per_gpu, cpu_cores=cpu_cores),
         "memory": memory_frame(split, run),
     }
     markers = marker_frame(analysis, table).assign(run=run)  # the run in every row, not in every label
     return grid(frames, markers, tradeoff_frame(table, run), colour_by="series", slo=slo,
-                 capacity=capacity_frame(table), stacked_memory=True, ticks=axis_values(table),
-                 x_title=axis_title(table))
+                capacity=capacity_frame(table), stacked_memory=True, ticks=axis_values(table),
+                x_title=axis_title(table), memory_note=None if on_gpu else CPU_MEMORY_NOTE, width=width)
 
 
 def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: Mapping[str, Any] | None = None,
@@ -81,7 +84,8 @@ def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: M
 
 def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.DataFrame, colour_by: str,
           slo: Any, capacity: pd.DataFrame, stacked_memory: bool, ticks: list[float],
-          x_title: str = "batch size (log2)", runs: list[str] | None = None) -> dict:
+          x_title: str = "batch size (log2)", runs: list[str] | None = None, memory_note: str | None = None,
+          width: int = PANEL_WIDTH) -> dict:
     """Throughput and latency, then utilisation and memory, then the trade-off: one hover across all.
     With `runs` (an overlay) every mark of a run, its markers included, takes that run's one colour."""
     data = Datasets()
@@ -94,34 +98,38 @@ def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.Da
     scale = run_scale(runs or [])
     marker_colour = nominal("run", scale=scale, legend=None) if overlay else MARKER_COLOUR
     marker_data = data.add(markers) if not markers.empty else None
-    label_space = 0 if markers.empty else (int(label_rows(markers, domain)["row"].max()) + 1) * LABEL_ROW_PX
+    label_space = 0 if markers.empty else (int(label_rows(markers, domain, width)["row"].max()) + 1) * LABEL_ROW_PX
     panels = {}
     for name, frame in frames.items():
         stacked = stacked_memory and name == "memory"
         y_top = throughput_top(name, frame)
         title = panel_title(name, frame)
+        if name == "utilisation" and not frame.empty and frame["series"].str.startswith("process CPU").all():
+            title = title.replace("utilisation", "CPU utilisation", 1)  # a CPU run: say so
         if y_top is not None:
             title += f" — roofline prediction (up to {value_text(frame['value'].max(), 'tok/s')}) off the scale"
         frame_data = data.add(frame if not frame.empty else pd.DataFrame(columns=EMPTY_LONG))
         layers = [{"layer": _panel_layers(name, frame, frame_data, x, x_name, colour_by, stacked, y_top, scale)}]
         if marker_data is not None:
             layers += _marker_layers(markers, marker_data, x, labelled=name == "throughput", domain=domain, data=data,
-                                     colour=marker_colour)
+                                     colour=marker_colour, width=width)
         layers.append({"name": f"pointer_{name}", "data": frame_data, "mark": {"type": "rule", "color": "#555",
                                                                                "strokeWidth": 1},
                        "encoding": {"x": x}, "transform": [{"filter": {"param": HOVER, "empty": False}}]})
         if name == "latency" and slo is not None:
-            layers += _level(data, float(slo.ms), _slo_label(slo), "#d95f02", align="left")
+            layers += _level(data, float(slo.ms), _slo_label(slo), "#d95f02", align="left", width=width)
         far = capacity_off_scale(frame, capacity, stacked_memory)
         if name == "memory" and not capacity.empty and not far:
             layers += _level(data, float(capacity["value"].max()), str(capacity["label"].iloc[0]), "black",
-                             align="right", dash=None)
+                             align="right", dash=None, width=width)
         if name == "memory" and far:
             title += f" — capacity {far} is off the scale, far above what this run used"
+        if name == "memory" and memory_note:
+            title += f" ({memory_note})"
         # the labels above the throughput panel push its title up; its neighbour's title follows
         panels[name] = {"layer": layers, "resolve": {"scale": {"color": "independent"}},
                         "title": {"text": title, "offset": 6 + (label_space if name == "latency" else 0)},
-                        "width": PANEL_WIDTH, "height": PANEL_HEIGHT}
+                        "width": width, "height": PANEL_HEIGHT}
     grid = {"vconcat": [{"hconcat": [panels["throughput"], panels["latency"]], "spacing": 28},
                         {"hconcat": [panels["utilisation"], panels["memory"]], "spacing": 28}],
             "spacing": 18, "resolve": {"scale": {"x": "shared", "color": "independent"}}}
@@ -133,7 +141,7 @@ def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.Da
                        "select": {"type": "point", "fields": ["run"]}})
     return {
         "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
-        "vconcat": [grid, _tradeoff_panel(tradeoff, markers, data, colour_by, x_name, scale)], "spacing": 18,
+        "vconcat": [grid, _tradeoff_panel(tradeoff, markers, data, colour_by, x_name, scale, width)], "spacing": 18,
         "params": params, "resolve": {"scale": {"x": "independent", "color": "independent"}},
         "datasets": data.values,
         "config": {"legend": {"labelLimit": 260, "symbolLimit": 40, "symbolOpacity": 1, "columnPadding": 14},
@@ -148,13 +156,14 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
     pointer, so the tooltip lives on them, for the point nearest the pointer."""
     overlay = colour_by == "run"
     y_scale = ({"type": "log"} if name == "latency" else
-               {"zero": True, "domain": [0, y_top]} if y_top is not None else {"zero": True})
+               {"zero": True, "domain": [0, y_top]} if y_top is not None else
+               {"zero": True, "domain": [0, percent_top(frame)]} if name == "utilisation" else {"zero": True})
     if stacked:
         colour = memory_colour(None, {"orient": "bottom", "columns": 3})
     else:
         shown = not overlay or name == "throughput"  # an overlay names its runs once
-        colour = nominal(colour_by, title=None, scale=scale if overlay else {"scheme": "tableau10"},
-                    legend={"orient": "bottom", "columns": 2} if shown else None)
+        colour = nominal(colour_by, title=None, scale=scale if overlay else series_scale(frame["series"]),
+                         legend={"orient": "bottom", "columns": 2} if shown else None)
     opacity = when(LEGEND, 1.0, 0.12) if overlay else {"value": 1.0}
     y = quantitative("value", title=TITLES[name], scale=y_scale, **({"stack": "zero"} if stacked else {}))
     order = {"order": quantitative("order")} if stacked else {}
@@ -170,8 +179,9 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
         layers.append({"name": f"stack_{name}", "mark": {"type": "area", "opacity": 0.85, "line": True},
                        "encoding": {"x": x, "y": y, "color": colour, **order}})
     else:
-        # One run: predictions dashed. Overlay: one series per run and panel, so colour alone says which run.
-        dash = ({"condition": {"test": "indexof(datum.series, 'roofline') >= 0", "value": [5, 4]}, "value": [1, 0]}
+        # One run: predictions, and a part over its whole (queue wait in TTFT), dashed. Overlay: one series per
+        # run and panel, so colour alone says which run.
+        dash = ({"condition": {"test": dash_test(frame["series"]), "value": [5, 4]}, "value": [1, 0]}
                 if not overlay else {"value": [1, 0]})
         layers.append({"name": f"lines_{name}", "mark": {"type": "line", "strokeWidth": 2, "clip": True},
                        "encoding": {"x": x, "y": y, "color": colour, "strokeDash": dash, "detail": nominal("run"),
@@ -195,8 +205,13 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
     return [{"data": data, **layer} for layer in layers]
 
 
+def percent_top(frame: pd.DataFrame) -> float:
+    """The utilisation axis's top: 100 %, unless a line passes it (CPU % of an unknown number of cores)."""
+    return max(100.0, float(frame["value"].max())) if not frame.empty else 100.0
+
+
 def _tradeoff_panel(frame: pd.DataFrame, markers: pd.DataFrame, data: Datasets, colour_by: str, x_name: str,
-                    scale: dict) -> dict:
+                    scale: dict, width: int = PANEL_WIDTH) -> dict:
     """Throughput against tokens/s per user, each point labelled with its sweep value: moving left along
     the curve buys throughput with every user's speed. The knee markers and working point are ringed."""
     empty = frame.empty
@@ -231,7 +246,7 @@ def _tradeoff_panel(frame: pd.DataFrame, markers: pd.DataFrame, data: Datasets, 
     title = TITLES["tradeoff"] + (": no ITL recorded" if empty else
                                   f" — labels: {x_name}; leftwards, more throughput but slower for each user")
     return {"layer": layers, "resolve": {"scale": {"color": "independent"}}, "title": title,
-            "width": PANEL_WIDTH, "height": PANEL_HEIGHT}
+            "width": width, "height": PANEL_HEIGHT}
 
 
 MARKER_COLOUR = nominal("kind", scale={"domain": list(MARKER_COLOURS), "range": list(MARKER_COLOURS.values())},
@@ -239,13 +254,13 @@ MARKER_COLOUR = nominal("kind", scale={"domain": list(MARKER_COLOURS), "range": 
 
 
 def _marker_layers(markers: pd.DataFrame, source: dict, x: dict, labelled: bool, domain: list[float],
-                   data: Datasets, colour: dict) -> list[dict]:
+                   data: Datasets, colour: dict, width: int = PANEL_WIDTH) -> list[dict]:
     """Dashed vertical rules in `colour` (by marker kind, or in an overlay by run); with `labelled`, their
     labels above the panel, one row each where they would overlap (see `label_rows`)."""
     layers = [{"data": source, "mark": {"type": "rule", "strokeDash": [6, 3], "strokeWidth": 1.6},
                "encoding": {"x": x, "color": colour}}]
     if labelled:
-        placed = label_rows(markers, domain)
+        placed = label_rows(markers, domain, width)
         placed = placed.assign(y=-4 - placed["row"] * LABEL_ROW_PX)
         for align, dx in (("left", 3), ("right", -3)):
             side = placed[placed["align"] == align]
@@ -262,12 +277,12 @@ def _slo_label(slo: Any) -> str:
     return f"SLO: {LATENCY_METRICS.get(slo.metric, slo.metric)} P{slo.percentile} ≤ {slo.ms:g} ms"
 
 
-def _level(data: Datasets, level: float, label: str, colour: str, align: str, dash: list[int] | None = (2, 2)
-           ) -> list[dict]:
+def _level(data: Datasets, level: float, label: str, colour: str, align: str, dash: list[int] | None = (2, 2),
+           width: int = PANEL_WIDTH) -> list[dict]:
     """A labelled horizontal line: the SLO (dashed, label at the left) or the capacity (solid, at the right)."""
     source = data.add(pd.DataFrame({"value": [level], "label": [label]}))
     rule = {"type": "rule", "color": colour, "strokeWidth": 1.5, **({"strokeDash": list(dash)} if dash else {})}
-    x = {"value": 4} if align == "left" else {"value": PANEL_WIDTH - 4}
+    x = {"value": 4} if align == "left" else {"value": width - 4}
     return [{"data": source, "mark": rule, "encoding": {"y": quantitative("value")}},
             {"data": source, "mark": {"type": "text", "align": align, "baseline": "bottom", "color": colour,
                                       "fontSize": 10, "dy": -2},

@@ -29,7 +29,7 @@ def throughput_chart(table: pd.DataFrame, analysis: Any) -> alt.LayerChart:
     x = batch_x(table)
     layers = lines(frame, x, "output tokens/s")
     if not frame.empty:
-        band = alt.Chart(frame).mark_area(opacity=0.18, color="#4c78a8").encode(x=x, y="lo:Q", y2="hi:Q")
+        band = alt.Chart(frame).mark_area(opacity=0.18, color=palette.series_colour("measured")).encode(x=x, y="lo:Q", y2="hi:Q")
         layers.insert(0, band)
     rules = frames.marker_frame(analysis, table, kinds=("plateau", "kneedle", "OOM"))
     return panel(layers + marker_rules(rules, x), titled(frame, "output tokens/s (band: min–max of repeats)"))
@@ -43,26 +43,29 @@ def latency_chart(table: pd.DataFrame, percentile: int = 95) -> alt.LayerChart:
                  titled(frame, f"P{percentile} latency (ms, log)"))
 
 
-def utilisation_chart(table: pd.DataFrame) -> alt.LayerChart:
-    """GPU busy-time and GPM counters (or CPU %) with throughput as % of its best, and the 90 % line."""
+def utilisation_chart(table: pd.DataFrame, cpu_cores: int | None = None) -> alt.LayerChart:
+    """GPU busy-time and GPM counters (or CPU %, of the run's `cpu_cores` when known) with throughput as % of
+    its best, and the 90 % line, on 0–100 %."""
     gpu = "gpu_util_pct" in table and table["gpu_util_pct"].notna().any()
     columns = {c: frames.UTILISATION_COLUMNS[c] for c in (GPU_UTILISATION if gpu else ("cpu_pct",))}
-    frame = frames.utilisation_frame(table, columns=columns).assign(dashed=False)
+    frame = frames.utilisation_frame(table, columns=columns, cpu_cores=cpu_cores).assign(dashed=False)
     measured = frames.throughput_frame(table)
     measured = measured[measured["series"] == "measured"]
     if not measured.empty:
         share = measured.assign(series="throughput (% of its best)", value=100 * measured["value"] / measured["value"].max(),
                                 dashed=True)
         frame = pd.concat([frame, share[frame.columns]], ignore_index=True)
-    layers = lines(frame, batch_x(table), "% of time / of best")
+    layers = lines(frame, batch_x(table), "% of time / of best", top=max(100.0, float(frame["value"].max()))
+                   if not frame.empty else 100.0)
     if gpu:
         layers += level_rule(90.0, "90 % busy", "#555")
-    return panel(layers, titled(frame, "utilisation (%) and throughput (% of its best)"))
+    return panel(layers, titled(frame, f"{'GPU' if gpu else 'CPU'} utilisation (%) and throughput (% of its best)"))
 
 
-def memory_chart(table: pd.DataFrame, split: pd.DataFrame) -> alt.LayerChart:
-    """Memory per finished batch, stacked by part, with the capacity line and OOM rules."""
-    ok_split = split[split["status"] == "ok"] if "status" in split else split
+def memory_chart(table: pd.DataFrame, split: pd.DataFrame, on_gpu: bool = True) -> alt.LayerChart:
+    """Memory per finished batch, stacked by part (on a CPU only the parts it measures), with the capacity
+    line and OOM rules."""
+    ok_split = frames.measured_parts(split[split["status"] == "ok"] if "status" in split else split, on_gpu)
     frame = frames.memory_frame(ok_split)
     x = batch_x(table)
     base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY + ["order"]))
@@ -141,7 +144,7 @@ def runs_chart(tables: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, s
     """Panels side by side, one per (column, title, log), one colour per run, on the runs' shared x axis;
     `level` = (column, value, label) draws a labelled horizontal line (an SLO) on that column's panel."""
     x = batch_x(*tables.values(), title=x_title)
-    colour = alt.Color("run:N", title=legend, scale=alt.Scale(domain=list(tables), scheme="tableau10"),
+    colour = alt.Color("run:N", title=legend, scale=alt.Scale(**palette.run_scale(list(tables))),
                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=0))
     charts_ = []
     for column, title, log in panels:
@@ -190,11 +193,19 @@ def batch_x(*tables: pd.DataFrame, extra: tuple[float, ...] = (), title: str = "
                  axis=alt.Axis(values=batches or [1], format="d", labelOverlap="greedy"))
 
 
-def lines(frame: pd.DataFrame, x: alt.X, y_title: str, log: bool = False) -> list[alt.Chart]:
-    """One line per series with points and a tooltip; series flagged `dashed` are drawn dashed."""
+def lines(frame: pd.DataFrame, x: alt.X, y_title: str, log: bool = False, top: float | None = None
+          ) -> list[alt.Chart]:
+    """One line per series in its palette colour, with points and a tooltip; series flagged `dashed`, and
+    those the palette draws dashed (predictions, a part over its whole), are dashed. `top` fixes the y
+    axis's top (100 for percentages)."""
+    if not frame.empty:
+        frame = frame.assign(dashed=frame["dashed"].astype(bool) | frame["series"].map(palette.is_dashed))
     base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY))
-    y = alt.Y("value:Q", title=y_title, scale=alt.Scale(type="log") if log else alt.Scale(zero=True))
-    colour = alt.Color("series:N", title=None, scale=alt.Scale(scheme="tableau10"), legend=alt.Legend(orient="bottom"))
+    scale = (alt.Scale(type="log") if log else alt.Scale(zero=True, domain=[0, top]) if top is not None
+             else alt.Scale(zero=True))
+    y = alt.Y("value:Q", title=y_title, scale=scale)
+    colour = alt.Color("series:N", title=None, scale=alt.Scale(**palette.series_scale(frame["series"])),
+                       legend=alt.Legend(orient="bottom"))
     dash = alt.condition("datum.dashed", alt.value([6, 4]), alt.value([1, 0]))
     tooltip = [alt.Tooltip("series:N"), alt.Tooltip("x:Q", title="batch"),
                alt.Tooltip("value:Q", format=",.3~f")]

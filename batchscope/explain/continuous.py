@@ -16,13 +16,11 @@ from batchscope.units import ms, tok_s
 def continuous_chapter(static: Told, continuous: list[Told], slo: SLO | None) -> Step | None:
     """The static run against continuous runs of the same workload: where each meets the latency SLO and
     with how much throughput, and where each one's knee lies (the title claims a move only when a continuous
-    run gives more throughput under the SLO). None without a continuous run with a point, or without an SLO."""
+    run gives more throughput under the SLO). None without a continuous run with a point, or without an SLO:
+    only the SLO the presenter set is told (a run's own spec SLO would be a second one the room never chose)."""
     continuous = sorted((told for told in continuous if best(told[1].table) is not None),
                         key=lambda told: told[1].axis.key != "max_num_seqs")  # the running-batch limit first
-    if not continuous or best(static[1].table) is None:
-        return None
-    slo = slo or spec_slo(static[0])
-    if slo is None:
+    if not continuous or best(static[1].table) is None or slo is None:
         return None
     drawn = {f"{name(static)} (static, batch size)": static[1].table}  # a rate sweep is told, not drawn:
     drawn.update({f"{name(told)} (max_num_seqs)": told[1].table  # its x is not a running-batch limit
@@ -35,12 +33,6 @@ def continuous_chapter(static: Told, continuous: list[Told], slo: SLO | None) ->
     title = "Continuous batching moves the knee" if gains else "Continuous vs static batching under the same SLO"
     return Step("continuous", title, chart,
                 (continuous_first(static, continuous, slo), continuous_second(static, continuous, slo)))
-
-
-def spec_slo(run: dict[str, Any]) -> SLO | None:
-    """The SLO the run's own spec recorded (its P95), when the presenter set none."""
-    spec = run.get("spec") or {}
-    return SLO(spec["slo_metric"], 95, float(spec["slo_ms"])) if spec.get("slo_metric") and spec.get("slo_ms") else None
 
 
 def meets_words(told: Told, slo: SLO) -> tuple[str, float | None]:
@@ -64,7 +56,7 @@ def continuous_first(static: Told, continuous: list[Told], slo: SLO) -> str:
                               key=lambda found: found[1][1] or 0.0)
     gain = f", {times(tput / static_tput)} the static throughput under the same SLO" if tput and static_tput else ""
     return (f"Under a {slo.name} SLO of {num(slo.ms)} ms, static batching ({name(static)}) {static_words} (its "
-            f"throughput peaks at batch {int(peak['batch_size'])}, {tok_s(peak['output_tokens_per_s'])}{missed}); "
+            f"throughput is best at batch {int(peak['batch_size'])}, {tok_s(peak['output_tokens_per_s'])}{missed}); "
             f"continuous batching of the same workload ({name(told)}{arrival_words(told[0])}) {words}{gain}.")
 
 
@@ -89,13 +81,10 @@ def continuous_second(static: Told, continuous: list[Told], slo: SLO) -> str:
         if missed.empty and not latency.empty:
             words += (f", and every point meets the SLO ({ms(latency[slo.column].min())}–"
                       f"{ms(latency[slo.column].max())})")
-        if queue is not None:
+        if queue is not None:  # goodput is left out: the run counts it under its own spec's SLO, not this one
             point = missed.iloc[0]
-            good, served = value(point, "goodput_rps"), value(point, "requests_per_s")
-            rate = (f", goodput {num(good)} of {num(served)} req/s under the run's own {point['goodput_slo']}"
-                    if good is not None and served else "")
             words += (f", and {at(told, point)} misses the SLO ({ms(point[slo.column])}) because requests wait for "
-                      f"a free slot (P95 queue wait {ms(queue)}{rate})")
+                      f"a free slot (P95 queue wait {ms(queue)})")
         parts.append(words)
     return "; ".join(parts) + "."
 

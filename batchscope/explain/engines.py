@@ -8,7 +8,7 @@ import pandas as pd
 
 from batchscope.explain import charts
 from batchscope.explain.step import Step
-from batchscope.explain.words import cancelled_after, measured, times, value
+from batchscope.explain.words import cancelled_after, measured, run_name, times, value
 from batchscope.units import ms, pct_value, tok_s
 
 def contrast(run_a: dict[str, Any], table_a: pd.DataFrame, run_b: dict[str, Any], table_b: pd.DataFrame
@@ -30,7 +30,7 @@ def contrast(run_a: dict[str, Any], table_a: pd.DataFrame, run_b: dict[str, Any]
         slow, quick = quick, slow
     model = run_a.get("model_name") or (run_a.get("model") or {}).get("name") or "model"
     ratio = float(slow[1]["decode_step_ms"]) / float(quick[1]["decode_step_ms"])
-    short = "".join(f"; {run.get('run_id')} was cut short, cancelled after {done}"
+    short = "".join(f"; {run_name(run)} was cut short, cancelled after {done}"
                     for run, table in ((run_a, table_a), (run_b, table_b))
                     if (done := cancelled_after(run, table)) is not None)
     unsteady = unsteady_words(steps_a if slow[0] == label_a else steps_b, b)
@@ -78,6 +78,6 @@ def overhead_sentence(slow: tuple[str, pd.Series], quick: tuple[str, pd.Series],
 
 
 def engine_label(run: dict[str, Any], other: dict[str, Any]) -> str:
-    """The engine's name, with the run id when both runs use the same engine."""
+    """The engine's name, with the run's name when both runs use the same engine."""
     engine = run.get("engine") or "engine"
-    return engine if engine != other.get("engine") else f"{engine} ({run.get('run_id')})"
+    return engine if engine != other.get("engine") else f"{engine} ({run_name(run)})"

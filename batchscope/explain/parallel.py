@@ -11,7 +11,7 @@ from batchscope.units import ms, size, tok_s
 
 def parallel_chapter(single: Told, tp: Told | None, replicas: Told | None) -> Step | None:
     """One GPU against tensor parallel over two and two replicas: who wins at the smallest and the largest
-    batch all of them ran, with P95 latency, and the memory each GPU holds there."""
+    batch all of them ran, with the P95 ITL the chart draws beside throughput, and the memory each GPU holds there."""
     layouts = {"one GPU": single}
     layouts.update({label: told for label, told in (("tensor parallel ×2", tp), ("2 replicas", replicas))
                     if told is not None and best(told[1].table) is not None})
@@ -26,7 +26,7 @@ def parallel_chapter(single: Told, tp: Told | None, replicas: Told | None) -> St
                                        ("itl_ms_p95", "P95 ITL (ms, log)", True)), legend="layout")
     small, large = shared[0], shared[-1]
     first = f"At batch {small} " + winner_words(curves, small, "itl_ms_p95", "ITL") + "."
-    second = (f"At batch {large} " + winner_words(curves, large, "ttft_ms_p95", "TTFT")
+    second = (f"At batch {large} " + winner_words(curves, large, "itl_ms_p95", "ITL")
               + "; memory in use on each GPU there: " + memory_words(curves, large, layouts) + ".")
     return Step("parallel", "Two GPUs: tensor parallel vs replicas", chart, (first, second))
 

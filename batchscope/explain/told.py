@@ -7,15 +7,15 @@ from typing import Any
 import pandas as pd
 
 from batchscope.analysis import SLO, Analysis
-from batchscope.explain.words import cut_short, measured
+from batchscope.explain.words import cut_short, measured, run_name
 
 Told = tuple[dict[str, Any], Analysis]
 
 
 def name(told: Told) -> str:
-    """The run's id, said to be cut short when it was cancelled."""
+    """The run's name, said to be cut short when it was cancelled."""
     run, analysis = told
-    return f"{run.get('run_id')}{cut_short(run, analysis.table)}"
+    return f"{run_name(run)}{cut_short(run, analysis.table)}"
 
 
 def best(table: pd.DataFrame) -> pd.Series | None:

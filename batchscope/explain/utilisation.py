@@ -15,6 +15,13 @@ GPM_COUNTERS = (("sm_util_pct", "the SMs are active"), ("tensor_active_pct", "th
 GPM_SUFFIX = {"sm_util_pct": " of the time", "tensor_active_pct": "", "dram_bw_util_pct": " used"}
 
 
+def utilisation_title(table: pd.DataFrame) -> str:
+    """The step's title names the device whose utilisation the chart draws."""
+    if measured(table, "gpu_util_pct").empty:
+        return "Utilisation: the CPU's share vs throughput (no GPU recorded)"
+    return "Utilisation: GPU busy-time vs throughput"
+
+
 def utilisation_sentences(run: dict[str, Any], table: pd.DataFrame) -> tuple[str, str]:
     """Where NVML busy-time first reaches 90 % vs the best-throughput batch; what GPM says there."""
     busy = measured(table, "gpu_util_pct")
@@ -41,7 +48,7 @@ def utilisation_sentences(run: dict[str, Any], table: pd.DataFrame) -> tuple[str
             gain = (f", {times(tb / float(at_sat.iloc[0]['output_tokens_per_s']))} what batch {bs} gave"
                     if not at_sat.empty else "")
             first = (f"GPU busy-time (NVML) first reaches {BUSY_PCT:.0f} % at batch {bs} "
-                     f"({pct_value(sat['gpu_util_pct'])}), yet throughput keeps rising until batch {bb} "
+                     f"({pct_value(sat['gpu_util_pct'])}), yet throughput goes on to its best median at batch {bb} "
                      f"({tok_s(tb)}{gain}): busy-time only says some kernel was running, not how much of the GPU it used.")
         elif bs == bb:
             first = (f"GPU busy-time (NVML) reaches {BUSY_PCT:.0f} % at batch {bs} "

@@ -17,7 +17,7 @@ from batchscope.explain.memory import memory_sentences
 from batchscope.explain.roofline import roofline_sentences
 from batchscope.explain.step import Step
 from batchscope.explain.throughput import throughput_sentences, throughput_title
-from batchscope.explain.utilisation import utilisation_sentences
+from batchscope.explain.utilisation import utilisation_sentences, utilisation_title
 from batchscope.explain.words import cancelled_after, with_clause
 from batchscope.explain.working_point import working_point_sentences
 
@@ -41,10 +41,11 @@ def explain_steps(run: dict[str, Any], table: pd.DataFrame, analysis: Analysis, 
              charts.throughput_chart(table, charted), throughput),
         Step("latency", "Per-request latency: time to first token and inter-token latency",
              charts.latency_chart(table, percentile), latency_sentences(table, percentile, run)),
-        Step("utilisation", "Utilisation: GPU busy-time vs throughput",
-             charts.utilisation_chart(table), utilisation_sentences(run, table)),
+        Step("utilisation", utilisation_title(table),
+             charts.utilisation_chart(table, (run.get("env") or {}).get("cpu_count")), utilisation_sentences(run, table)),
         Step("memory", "Memory: fixed weights; KV cache and activations grow with the batch",
-             charts.memory_chart(table, split), memory_sentences(table, split)),
+             charts.memory_chart(table, split, on_gpu=(run.get("env") or {}).get("device", run.get("device")) != "cpu"),
+             memory_sentences(table, split)),
         Step("roofline", "The roofline: memory- or compute-bound, and how close to the floor",
              charts.roofline_chart(table, charted.ridge_batch), roofline_sentences(run, table, analysis)),
         Step("working_point", "The working point under a latency SLO",

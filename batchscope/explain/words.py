@@ -41,6 +41,11 @@ def cancelled_after(run: dict[str, Any], table: pd.DataFrame) -> str | None:
     return f"{done} batch size{'s' if done != 1 else ''}"
 
 
+def run_name(run: dict[str, Any]) -> str:
+    """What a sentence calls a run: the name its owner gave it (a room never reads a run id), else its id."""
+    return str(run.get("name") or run.get("run_id"))
+
+
 def cut_short(run: dict[str, Any], table: pd.DataFrame) -> str:
     """` (cut short: cancelled after 2 batch sizes)` after a cancelled run's name; empty otherwise."""
     done = cancelled_after(run, table)

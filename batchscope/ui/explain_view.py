@@ -21,7 +21,7 @@ from batchscope.explain.words import measured
 from batchscope.ui.run_view import RunData
 
 OTHER_ENGINE = {"fast": "hf-generate", "hf-generate": "fast"}
-MAKES_THE_CASE = ("plateau", "falls", "noisy_fall", "level")  # throughput shapes that stop paying before the end
+MAKES_THE_CASE = ("peak", "plateau", "levels")  # throughput shapes that stop paying before the end
 FEW_POINTS = 2  # a partner with this many ok points or fewer is used only when no fuller one exists
 
 

@@ -8,9 +8,11 @@ import streamlit as st
 from batchscope import charts, timeline
 from batchscope.analysis import SLO
 from batchscope.analysis.cost import at_working_point, device_type, with_cost
+from batchscope.charts.layout import panel_width
 from batchscope.store import Store
 from batchscope.ui import answers_view, export_view, run_view, run_view_tables, tables
 from batchscope.ui.plain_text import plain
+from batchscope.ui.present_keys import present_keys
 
 
 def show_outcome(progress: dict) -> None:
@@ -40,7 +42,9 @@ def show_results(store: Store, data: run_view.RunData, progress: dict, slo: SLO 
     if noisy:
         st.warning(plain(noisy), icon=":material/ssid_chart:")
     spec = charts.linked_charts(data.table, data.analysis, slo, percentile=percentile, memory_split=data.split,
-                                run=data.run.get("name") or run_id, per_gpu=data.per_gpu)
+                                run=data.run.get("name") or run_id, per_gpu=data.per_gpu,
+                                cpu_cores=(data.run.get("env") or {}).get("cpu_count"),
+                                on_gpu=run_view.on_gpu(data.run), width=panel_width(window_width()))
     st.vega_lite_chart(spec=spec, width="content")
     st.caption("Hover a point in any chart to highlight it in all of them and read its values. Dashed vertical "
                "rules mark the knee markers and the working point; red rules mark out-of-memory batches.")
@@ -51,8 +55,9 @@ def show_results(store: Store, data: run_view.RunData, progress: dict, slo: SLO 
     st.subheader("What the markers say")
     for sentence in run_view.marker_sentences(data.analysis):
         st.markdown(f"- {plain(sentence)}")
-    price = price_control(store, device_type(data.run))
-    cost_line = at_working_point(data.table, data.analysis.working_point, price)
+    on_gpu = run_view.on_gpu(data.run)
+    price = price_control(store, device_type(data.run), on_gpu)
+    cost_line = at_working_point(data.table, data.analysis.working_point, price, on_gpu=on_gpu)
     if cost_line:
         st.markdown(f"- {plain(cost_line)}")
     st.subheader("Every point")
@@ -77,12 +82,20 @@ def show_results(store: Store, data: run_view.RunData, progress: dict, slo: SLO 
     export_view.run_downloads(data, spec, price)
 
 
-def price_control(store: Store, gpu: str) -> float | None:
-    """The price per GPU-hour of this run's GPU type: a setting kept in the history for every run on it."""
+def window_width() -> int | None:
+    """The browser window's width once it has said it (None before, and in tests without a browser)."""
+    found = present_keys("", "", key="run_window")  # no buttons: it only reports the window's size
+    return found[0] if found else None
+
+
+def price_control(store: Store, gpu: str, on_gpu: bool = True) -> float | None:
+    """The price per GPU-hour of this run's GPU type (per hour of the machine for a CPU run): a setting kept
+    in the history for every run on it."""
     key = f"gpu_hour_price_{gpu}"
     if key not in st.session_state:
         st.session_state[key] = answers_view.stored_price(store, gpu)
-    price = st.number_input(f"Price per GPU-hour of {gpu} (for cost per 1M output tokens)", min_value=0.0,
+    per = f"GPU-hour of {gpu}" if on_gpu else "hour of this CPU machine"
+    price = st.number_input(f"Price per {per} (for cost per 1M output tokens)", min_value=0.0,
                             step=0.5, format="%.2f", key=key, placeholder="not set", disabled=bool(store.read_only),
                             help=store.read_only or "Kept per GPU type for every run on it (and for `python -m "
                                  "batchscope report`). Cost per 1M output tokens = price × GPUs ÷ (output tok/s × "

@@ -252,6 +252,12 @@ def noise_warning(run: dict[str, Any], table: pd.DataFrame, axis: SweepAxis) -> 
     return " ".join(found) + " Read the repeat bands, and compare runs only from the same device under the same load."
 
 
+def on_gpu(run: dict[str, Any]) -> bool:
+    """Whether the run measured a GPU (a CPU run gets no per-GPU words or GPU-hour prices)."""
+    env = run.get("env") or {}
+    return (env.get("device") or run.get("device")) != "cpu"
+
+
 def marker_sentences(analysis: Any) -> list[str]:
     """The one-sentence explanations of each marker, then the analysis notes (why a marker is absent)."""
     sentences = [marker.sentence for marker in (analysis.plateau, analysis.kneedle, analysis.slo_limit,
