@@ -16,6 +16,7 @@ from batchscope.ui.slo_control import URL_PARAM, slo_control, slo_param
 from batchscope.ui.slo_control import refused as slo_refused
 from batchscope.ui.spec_inputs import other_inputs, spec_input
 from runners.spec import SpecError
+from runners.spec.registry import is_load_driven, measures_a_server, sweeps_batch_size
 
 form_state.start_state(st.session_state)
 st.title("New sweep")
@@ -31,11 +32,11 @@ with model_col:
     given, cluster = new_sweep_view.model_inputs(slots)
 mode = given["mode"]
 with batch_col:
-    if mode == "static":
+    if sweeps_batch_size(mode):
         given.update(new_sweep_view.batch_inputs(slots))
-    if mode == "endpoint":
+    if measures_a_server(mode):
         given.update(new_sweep_view.server_inputs(slots))
-    if mode in ("continuous", "endpoint"):
+    if is_load_driven(mode):
         given.update(new_sweep_view.load_inputs(mode, given.get("server_command", ""), slots))
     given.update(new_sweep_view.run_inputs(slots))
 
@@ -43,7 +44,7 @@ lengths, preview_cols, longest_slot = new_sweep_view.length_inputs(slots)
 given.update(lengths)
 
 st.subheader("Latency SLO")
-slo = slo_control("slo", default_on=True, switch="Mark the largest batch that meets a latency SLO" if mode == "static"
+slo = slo_control("slo", default_on=True, switch="Mark the largest batch that meets a latency SLO" if sweeps_batch_size(mode)
                   else "Mark the largest setting that meets a latency SLO (and count goodput against it)")
 slots["slo"] = st.empty()
 
@@ -56,7 +57,7 @@ problems = {**actions.endpoint_problems(team_view.user(), values.spec_dict(),
             **sweep_form.check(values, cluster)}
 new_sweep_view.show_problems(problems, slots)
 blocked = len(problems) + slo_refused("slo")  # the SLO control says its own problem beside its field
-note = sweep_form.batch_note(values) if mode == "static" else None
+note = sweep_form.batch_note(values) if sweeps_batch_size(mode) else None
 if note:
     slots["batch_note"].caption(note)
 new_sweep_view.show_lengths(values, problems, preview_cols, longest_slot)

@@ -22,6 +22,7 @@ from runners.quant_error import LAYER_ERRORS
 from runners.runfolder import RunWriter, make_out_dir, write_parquet
 from runners.spec import Point, SweepSpec, point_count, points, refine
 from runners.spec.parallel import world_size
+from runners.spec.registry import measures_a_server
 from runners.telemetry import Sampler
 
 
@@ -47,7 +48,7 @@ class Sweep:
             if world_size(self.spec) > 1:  # followers load their copy while rank 0 loads its own
                 team = parallel.Team(self.spec, self.device)
             ctx = (endpoint.context(self.spec, self.device, self.folder, self.sampler, self.stage)
-                   if self.spec.mode == "endpoint" else self._context(team))
+                   if measures_a_server(self.spec.mode) else self._context(team))
             run_point = MODES[self.spec.mode].run_point
             planned = points(self.spec)
             seen: list[refine.Seen] = []
@@ -151,7 +152,7 @@ def run_sweep(spec: SweepSpec, out: Path) -> dict[str, Any]:
     anything is written), then run; returns the final status record (state and error). An endpoint
     sweep's device is the GPU its telemetry samples: nothing runs on it from here."""
     models.check_loadable(spec.model)
-    if spec.mode == "endpoint":
+    if measures_a_server(spec.mode):
         device = endpoint.telemetry_device(spec)
     else:
         device = devices.resolve(spec.device)

@@ -9,6 +9,7 @@ from runners.spec.continuous import longest_request
 from runners.spec.continuous import points as continuous_points
 from runners.kv_layout import cache_len
 from runners.spec import SweepSpec
+from runners.spec.registry import schedules_slots
 from batchscope.units import GiB
 
 TIGHT_FRACTION = 0.9  # above this share of capacity, activations and the CUDA context may still OOM
@@ -61,7 +62,7 @@ def predict_memory_for_spec(model: dict, spec: SweepSpec, capacity_bytes: int | 
     cache the engine allocates up front, whatever the load: slots × the longest request of the
     workload, rounded up to the cache alignment (`runners.kv_layout`).
     """
-    if spec.mode == "continuous":
+    if schedules_slots(spec.mode):
         per_slot = cache_len(longest_request(spec))
         limits = sorted({point.max_num_seqs for point in continuous_points(spec)})
         return _prediction(model, [(m, per_slot) for m in limits], capacity_bytes, "max_num_seqs")

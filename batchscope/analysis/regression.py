@@ -16,6 +16,7 @@ from batchscope.analysis import Analysis
 from batchscope.units import tok_s
 from batchscope.analysis.marker import pct
 from batchscope.analysis.noise import describe_spread, spread
+from runners.spec.registry import schedules_slots
 
 NOISE_FLOOR = 0.02  # a change smaller than this share of the baseline is noise, even between tight spreads
 # (label, where in the stored run record): what must match for two runs to be compared
@@ -30,7 +31,7 @@ def config(run: dict[str, Any]) -> dict[str, Any]:
     """The run's configuration by label: what it ran (its spec; the load only for an online-serving run)
     and on what."""
     spec = run.get("spec") or {}
-    keys = SPEC_FIELDS + (CONTINUOUS_FIELDS if spec.get("mode") == "continuous" else ())
+    keys = SPEC_FIELDS + (CONTINUOUS_FIELDS if schedules_slots(spec.get("mode")) else ())
     found = {key: _hashable(spec.get(key)) for key in keys}
     found.update({label: run.get(column) for label, column in RUN_FIELDS.items()})
     return found

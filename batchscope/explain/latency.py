@@ -9,6 +9,7 @@ import pandas as pd
 from batchscope.analysis.marker import num
 from batchscope.explain.words import measured, moves, times, value, with_clause
 from batchscope.units import ms
+from runners.spec.registry import schedules_slots
 
 def latency_sentences(table: pd.DataFrame, percentile: int = 95, run: dict[str, Any] | None = None
                       ) -> tuple[str, str]:
@@ -54,7 +55,7 @@ def requests_at(point: pd.Series, run: dict[str, Any]) -> int | None:
     if repeats is None or repeats < 1:
         return None
     spec = run.get("spec") or {}
-    per_repeat = spec.get("num_requests") if spec.get("mode") == "continuous" else point["batch_size"]
+    per_repeat = spec.get("num_requests") if schedules_slots(spec.get("mode")) else point["batch_size"]
     return int(per_repeat) * int(repeats) if per_repeat else None
 
 
@@ -74,7 +75,7 @@ def tied_percentile_words(points: pd.DataFrame, percentile: int, run: dict[str, 
     batches = ", ".join(str(int(row["batch_size"])) for row, _ in counted)
     few = [found for found in counted if found[1] < 100]  # then P99 has under one request beyond it
     row, n = max(few, key=lambda found: found[1]) if few else min(counted, key=lambda found: found[1])
-    static = (run.get("spec") or {}).get("mode") != "continuous"
+    static = not schedules_slots((run.get("spec") or {}).get("mode"))
     if n < 100:
         why = f"P99 of {n} requests is simply the slowest one"
     elif static:

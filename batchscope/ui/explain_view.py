@@ -19,6 +19,7 @@ from batchscope.explain.throughput import throughput_shape
 from batchscope.explain.walk import explain_steps
 from batchscope.explain.words import measured
 from batchscope.ui.run_view import RunData
+from runners.spec.registry import engine_shows_gpu_knee, sweeps_batch_size
 
 OTHER_ENGINE = {"fast": "hf-generate", "hf-generate": "fast"}
 MAKES_THE_CASE = ("peak", "plateau", "levels")  # throughput shapes that stop paying before the end
@@ -81,7 +82,7 @@ def default_run(runs: pd.DataFrame, load: Callable[[str], RunData | None]) -> st
         if data is None or data.analysis is None or data.analysis.axis.key != "batch_size":
             continue
         model = data.run.get("model") or {}
-        ranked.append((throughput_shape(data.table, data.analysis) in MAKES_THE_CASE, data.run.get("engine") == "fast",
+        ranked.append((throughput_shape(data.table, data.analysis) in MAKES_THE_CASE, engine_shows_gpu_knee(data.run.get("engine")),
                        len(measured(data.table, "output_tokens_per_s")), int(model.get("params") or 0),
                        not partners.is_quantised(data.run.get("dtype")), partners.gpus(data.run.get("spec")) == (1, 1),
                        str(run_id)))
@@ -101,7 +102,7 @@ def partner_run(run: dict[str, Any], table: pd.DataFrame, runs: pd.DataFrame, sp
     same = runs[(runs["engine"] == other) & (runs["model"] == run.get("model_name")) & (runs["dtype"] == run.get("dtype"))
                 & (runs["points_ok"] > 0)]
     static = [row for row in same.to_dict("records")
-              if (spec_of(str(row["run_id"])) or {}).get("mode", "static") == "static"]  # same axis: batch size
+              if sweeps_batch_size((spec_of(str(row["run_id"])) or {}).get("mode"))]  # same axis: batch size
     if any(int(row["points_ok"]) > FEW_POINTS for row in static):
         static = [row for row in static if int(row["points_ok"]) > FEW_POINTS]
     own = set(measured(table, "decode_step_ms")["batch_size"].astype(int))

@@ -20,6 +20,7 @@ from batchscope.units import GiB
 from runners import distributions
 from runners.spec import SpecError, SweepSpec, model_context, parse_batch_sizes, problems, validate
 from runners.spec.options import FieldInfo
+from runners.spec.registry import is_load_driven, measures_a_server, schedules_slots, sweeps_batch_size
 from runners.spec.sweep import check_draws, spec_fields
 
 LOCAL_DEVICES = ("auto", "cuda", "cpu")
@@ -100,11 +101,11 @@ class SweepForm:
     def _continuous(self) -> dict[str, Any]:
         """The continuous options (in that mode, and sent to a server in the endpoint mode), with the form's
         SLO as the goodput SLO."""
-        if self.mode not in ("continuous", "endpoint"):
+        if not is_load_driven(self.mode):
             return {}
         load = {"arrival": self.arrival} if self.load == "arrival" else {"concurrency": self.concurrency}
         slo = {"slo_metric": self.slo.metric, "slo_ms": self.slo.ms} if self.slo is not None else {}
-        if self.mode == "endpoint":
+        if measures_a_server(self.mode):
             knobs = {k: v for k, v in (("max_num_seqs", self.max_num_seqs),
                                        ("max_num_batched_tokens", self.max_num_batched_tokens))
                      if "{" + k + "}" in self.server_command}  # the server's own, unless its command takes them
@@ -156,7 +157,7 @@ def check(form: SweepForm, cluster: list[GpuType] | None = None) -> dict[str, st
 
 def _range_problem(form: SweepForm) -> str | None:
     """A From/To range in the words of its two fields, not the spec's `pow2:LO:HI`."""
-    if form.mode != "static" or form.batch_mode != "pow2":
+    if not sweeps_batch_size(form.mode) or form.batch_mode != "pow2":
         return None
     if form.batch_lo < 1:
         return f"From must be at least 1 (it is {form.batch_lo})"
@@ -202,7 +203,7 @@ def sweep_lengths(form: SweepForm) -> tuple[list[int], list[int]] | None:
     None in continuous and endpoint mode, while the batch sizes or lengths are invalid, or past the requests
     a sweep may draw (runners.spec.sweep.check_draws)."""
     sizes = batch_sizes(form)
-    if form.mode != "static" or not sizes:
+    if not sweeps_batch_size(form.mode) or not sizes:
         return None
     spec = SweepSpec(model=form.model, batch_sizes=sizes, prompt_len=form.prompt_len, output_len=form.output_len,
                      repeats=form.repeats, warmup=form.warmup, seed=form.seed)
@@ -300,7 +301,7 @@ def memory_estimate(form: SweepForm, capacity_bytes: int) -> MemoryEstimate:
         return MemoryEstimate(pd.DataFrame(), [], f"No estimate: the model's config cannot be read ({error}).")
     predicted = predict_memory_for_spec(facts, spec, capacity_bytes)
     shape = ({"max_num_seqs": predicted["batch_size"], "KV tokens per slot": predicted["tokens_per_row"]}
-             if spec.mode == "continuous" else
+             if schedules_slots(spec.mode) else
              {"batch": predicted["batch_size"], "longest prompt": predicted["max_prompt_len"],
               "longest output": predicted["max_output_len"]})
     table = pd.DataFrame({

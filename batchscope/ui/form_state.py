@@ -14,6 +14,7 @@ from batchscope.ui import slo_control
 from batchscope.ui.form import CLUSTER, SweepForm, extra_fields
 from runners.presets import PRESETS
 from runners.spec.options import FieldInfo
+from runners.spec.registry import is_load_driven
 
 MODEL_SOURCES = {"preset": "Preset (random weights)", "path": "Local checkpoint"}
 BATCH_MODES = {"pow2": "Powers of two", "list": "Explicit list"}
@@ -60,7 +61,7 @@ def form_from_spec(spec: dict[str, Any], slo: SLO | None) -> SweepForm:
     defaults = SweepForm()
     sizes = [int(b) for b in spec.get("batch_sizes") or []]
     pow2 = bool(sizes) and all(b & (b - 1) == 0 for b in sizes) and all(b * 2 == c for b, c in zip(sizes, sizes[1:]))
-    continuous = spec.get("mode") in ("continuous", "endpoint")
+    continuous = is_load_driven(spec.get("mode"))
 
     def listed(key: str, fallback: str) -> str:
         value = spec.get(key)

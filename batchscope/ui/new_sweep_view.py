@@ -16,6 +16,7 @@ from batchscope.ui.plain_text import plain
 from batchscope.ui.spec_inputs import info_of, spec_input
 from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES
+from runners.spec.registry import DEFAULT_MODE, engine_is_remote, measures_a_server, schedules_slots, server_mode
 
 Slots = dict[str, Any]
 LENGTHS = ("prompt_len", "output_len")
@@ -41,15 +42,15 @@ def model_inputs(slots: Slots) -> tuple[dict[str, Any], list[GpuType] | None]:
     slots["dtype"] = st.empty()
     values["engine"] = spec_input(st, "engine")
     slots["engine"] = st.empty()
-    if values["engine"] == "endpoint":
-        values["mode"] = "endpoint"  # a server is measured under an arrival rate or clients
+    if engine_is_remote(values["engine"]):
+        values["mode"] = server_mode()  # a server is measured under an arrival rate or clients
         st.caption("The model above names the shapes the server runs: prompts are drawn in its vocabulary and "
                    "the roofline uses its size.")
     else:
-        if st.session_state.get("mode") == "endpoint":  # left by an endpoint run opened again
-            st.session_state["mode"] = "static"
+        if measures_a_server(st.session_state.get("mode")):  # left by an endpoint run opened again
+            st.session_state["mode"] = DEFAULT_MODE
         mode = info_of("mode")
-        values["mode"] = st.selectbox(mode.label, [m for m in mode.choices if m != "endpoint"], key="mode",
+        values["mode"] = st.selectbox(mode.label, [m for m in mode.choices if not measures_a_server(m)], key="mode",
                                       help=plain(mode.help))
     slots["mode"] = st.empty()
     cluster, cluster_problem = resources.cluster_gpus()
@@ -101,13 +102,13 @@ def server_inputs(slots: Slots) -> dict[str, Any]:
 
 def load_inputs(mode: str, command: str, slots: Slots) -> dict[str, Any]:
     """The continuous and endpoint load: the batch limit, arrival rate or clients, and requests per repeat."""
-    st.subheader("Continuous batching" if mode == "continuous" else "Load")
+    st.subheader("Continuous batching" if schedules_slots(mode) else "Load")
     st.caption("Sweep exactly one of max_num_seqs, arrival rates or concurrency (a comma list): that is "
-               "the x axis of the charts." if mode == "continuous" else
+               "the x axis of the charts." if schedules_slots(mode) else
                "Sweep arrival rates or concurrency (a comma list), or max_num_seqs through the restart "
                "command: that is the x axis of the charts.")
     values: dict[str, Any] = {}
-    if mode == "continuous" or "{max_num_seqs}" in command:
+    if schedules_slots(mode) or "{max_num_seqs}" in command:
         values["max_num_seqs"] = spec_input(st, "max_num_seqs")
         slots["max_num_seqs"] = st.empty()
     load = st.radio("Load", list(LOADS.values()), horizontal=True, key="load")
@@ -117,7 +118,7 @@ def load_inputs(mode: str, command: str, slots: Slots) -> dict[str, Any]:
     requests_col, budget_col = st.columns(2)
     values["num_requests"] = spec_input(requests_col, "num_requests")
     slots["num_requests"] = requests_col.empty()
-    if mode == "continuous" or "{max_num_batched_tokens}" in command:
+    if schedules_slots(mode) or "{max_num_batched_tokens}" in command:
         values["max_num_batched_tokens"] = spec_input(budget_col, "max_num_batched_tokens")
         slots["max_num_batched_tokens"] = budget_col.empty()
     return values
@@ -160,12 +161,12 @@ def show_lengths(values: sweep_form.SweepForm, problems: dict[str, str], preview
 
 def show_memory(values: sweep_form.SweepForm) -> None:
     """Predicted memory per batch (per max_num_seqs), or why an endpoint sweep has none."""
-    if values.mode == "endpoint":
+    if measures_a_server(values.mode):
         st.subheader("Memory")
         st.caption("The server holds the memory, so there is no estimate here; when it runs on this host, the Run "
                    "page shows its GPU's memory.")
         return
-    st.subheader("Predicted memory per max_num_seqs" if values.mode == "continuous" else "Predicted memory per batch")
+    st.subheader("Predicted memory per max_num_seqs" if schedules_slots(values.mode) else "Predicted memory per batch")
     capacity = sweep_form.default_capacity(resources.store().runs(), values.device)
     capacity_gib = st.number_input("Device memory (GiB)", min_value=0.1, step=1.0, key=f"capacity_gib_{values.device}",
                                    value=round(capacity.bytes / sweep_form.GiB, 1))

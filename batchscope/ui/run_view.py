@@ -16,6 +16,7 @@ from batchscope.analysis.trust import NOISY_SPREAD
 from batchscope.backends.ray_cluster import ranks
 from batchscope.store import Store
 from runners.spec import SweepSpec, points
+from runners.spec.registry import is_load_driven, measures_a_server
 
 LIVE_STATES = frozenset({"queued", "running"})
 MIN_CURVE_POINTS = 3  # fewer ok points show no knee: a run worth opening first has at least this many
@@ -85,7 +86,7 @@ def point_labels(spec: dict[str, Any] | None) -> list[str] | None:
     """What each planned point of a continuous or endpoint sweep is called along its axis ("arrival rate 4
     req/s"), since its batch_size alone (the fixed limit of a rate sweep) would name every point alike; None
     for a static sweep or a spec this version cannot read."""
-    if not spec or spec.get("mode") not in ("continuous", "endpoint"):
+    if not spec or not is_load_driven(spec.get("mode")):
         return None
     known = {f.name for f in fields(SweepSpec)}
     try:
@@ -203,13 +204,13 @@ def workload_lines(spec: dict[str, Any] | None) -> list[str]:
     lines = [f"Prompts {spec.get('prompt_len', '?')} · outputs {spec.get('output_len', '?')} tokens · "
              f"seed {spec.get('seed', 0)}"]
     ahead = f"{warmup} warm-up repeat{'s' if warmup != 1 else ''}, then " if warmup else ""
-    if spec.get("mode") in ("continuous", "endpoint"):
+    if is_load_driven(spec.get("mode")):
         requests = int(spec.get("num_requests") or 0)
         load = (f"Poisson arrivals {spec['arrival'].removeprefix('poisson:')} req/s" if spec.get("arrival")
                 else f"{_listed(spec.get('concurrency'))} concurrent clients")
         lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''} of {requests} "
                      f"requests ({requests * repeats:,} measured) · {load}")
-        if spec.get("mode") == "endpoint":
+        if measures_a_server(spec.get("mode")):
             lines.append(" · ".join(part for part in (
                 f"Server {spec.get('url')} · model {spec.get('model_name') or 'its first listed'}",
                 spec.get("server_labels") and f"labels: {spec['server_labels']}",

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from runners.spec import continuous, endpoint, static
-from runners.spec.sweep import MODES, SweepSpec
+from runners.spec.registry import MODES
+from runners.spec.sweep import SweepSpec
 
 
 class Point(Protocol):

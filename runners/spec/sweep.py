@@ -16,15 +16,16 @@ from runners import distributions
 from runners.presets import PRESETS
 from runners.quant_layout import QUANT_DTYPES
 from runners.spec.options import MAX_BATCH_SIZE, FieldInfo, SpecError, option
+from runners.spec.registry import (DEFAULT_MODE, ENGINES, MODES, is_load_driven, measures_a_server, modes_that,
+                                   sweeps_batch_size)
 from runners.spec.slo import MAX_LATENCY_MS, SLO_METRICS
 
 DTYPES = ("float32", "bfloat16", "float16", *QUANT_DTYPES)
-ENGINES = ("hf-generate", "fast", "endpoint")
 ON_OOM = ("stop", "continue")
-MODES = ("static", "continuous", "endpoint")  # each has its spec module (runners.spec.modes)
 APIS = ("auto", "completions", "chat")
 PROMPT_FORMATS = ("auto", "ids", "text")
-STATIC, LOADED, SERVED = ("static",), ("continuous", "endpoint"), ("endpoint",)  # the modes an option applies to
+# the modes an option applies to
+STATIC, LOADED, SERVED = modes_that(sweeps_batch_size), modes_that(is_load_driven), modes_that(measures_a_server)
 DEFAULT_MAX_BATCH_SIZE = 4096
 MAX_SEED = 2**32 - 1  # torch generators take seed × 1_000_003 + … (runners.workload): 64-bit safe up to here
 MAX_REQUESTS = 100_000  # requests a sweep may draw, warm-up included (check_draws)
@@ -53,7 +54,7 @@ class SweepSpec:
                              "weights, bfloat16 activations and KV cache)")
     engine: str = option("hf-generate", label="Engine", memory=True, choices=ENGINES,
                          help="hf-generate, fast, or endpoint (a running server; options below)")
-    mode: str = option("static", label="Batching mode", memory=True, choices=MODES,
+    mode: str = option(DEFAULT_MODE, label="Batching mode", memory=True, choices=MODES,
                        help="static (default) or continuous (fast engine; options below); endpoint (the endpoint "
                             "engine's, its default)")
     batch_sizes: list[int] = option(factory=lambda: [1, 2, 4, 8], label="Batch sizes", memory=True, modes=STATIC,
