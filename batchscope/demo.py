@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runners.contract import utc_now
+from runners.results.contract import utc_now
 
 from batchscope import config
 from batchscope.ingest import IngestReport, ingest_run

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 
-from runners import contract
+from runners.results import contract
 
 from batchscope.runfolder import RunFolder
 from batchscope.store import POINT_TABLES, Store

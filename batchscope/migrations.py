@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import duckdb
 
-from runners.contract import utc_now
+from runners.results.contract import utc_now
 
 _SUMMARY_COLUMNS = """
     point_index INTEGER NOT NULL, batch_size INTEGER, status VARCHAR, error VARCHAR,
@@ -82,7 +82,7 @@ _V3_SETTINGS = [
     "CREATE TABLE settings (key VARCHAR PRIMARY KEY, value VARCHAR, updated_at TIMESTAMP)",
 ]
 
-_V4_CONTINUOUS = [  # continuous-batching points (runners/schemas.py CONTINUOUS_SUMMARY) and step token mix
+_V4_CONTINUOUS = [  # continuous-batching points (runners/results/schemas.py CONTINUOUS_SUMMARY) and step token mix
     f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
         ("sweep_axis", "VARCHAR"), ("sweep_value", "DOUBLE"), ("max_num_seqs", "INTEGER"),
         ("arrival_rate", "DOUBLE"), ("concurrency", "INTEGER"), ("queue_ms_p50", "DOUBLE"),
@@ -94,7 +94,7 @@ _V4_CONTINUOUS = [  # continuous-batching points (runners/schemas.py CONTINUOUS_
     "ALTER TABLE steps ADD COLUMN decode_tokens BIGINT",
 ]
 
-_V5_PARALLEL = [  # tensor-parallel and replicated points (runners/schemas.py PARALLEL_SUMMARY), per-GPU samples
+_V5_PARALLEL = [  # tensor-parallel and replicated points (runners/results/schemas.py PARALLEL_SUMMARY), per-GPU samples
     f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
         ("tensor_parallel", "INTEGER"), ("replicas", "INTEGER"), ("comm_ms_per_step", "DOUBLE"),
         ("comm_share", "DOUBLE"), ("comm_source", "VARCHAR"))
@@ -108,7 +108,7 @@ _V6_OUTLIER_STEPS = [  # measured steps over 5× the median of their peers (runn
     "ALTER TABLE points ADD COLUMN outlier_steps BIGINT",
 ]
 
-_V7_TRUST = [  # trust checks' telemetry and refinement's mark (runners/schemas.py TRUST_SUMMARY, docs/trust.md)
+_V7_TRUST = [  # trust checks' telemetry and refinement's mark (runners/results/schemas.py TRUST_SUMMARY, docs/trust.md)
     f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
         ("sm_clock_mhz_min", "DOUBLE"), ("sm_clock_mhz_max", "DOUBLE"), ("clock_reasons", "VARCHAR"),
         ("gpu_processes_max", "INTEGER"), ("added_for", "VARCHAR"))
@@ -118,7 +118,7 @@ _V7_TRUST = [  # trust checks' telemetry and refinement's mark (runners/schemas.
     "ALTER TABLE samples ADD COLUMN gpu_processes INTEGER",
 ]
 
-_V8_PAGED_KV = [  # the continuous engine's block pool: preemptions and blocks (runners/schemas.py)
+_V8_PAGED_KV = [  # the continuous engine's block pool: preemptions and blocks (runners/results/schemas.py)
     f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
         ("preemptions", "BIGINT"), ("kv_block_size", "INTEGER"), ("kv_blocks_total", "BIGINT"),
         ("kv_blocks_peak", "BIGINT"))
@@ -135,7 +135,7 @@ _V9_TEAM = [  # issue 33: who owns each run (existing rows: the local user, demo
     )""",
 ]
 
-_V10_MEASURED = [  # measuring until known (runners/schemas.py MEASURE_SUMMARY, docs/trust.md)
+_V10_MEASURED = [  # measuring until known (runners/results/schemas.py MEASURE_SUMMARY, docs/trust.md)
     f"ALTER TABLE points ADD COLUMN {name} {kind}" for name, kind in (
         ("draws", "INTEGER"), ("replays", "INTEGER"), ("requests", "BIGINT"), ("tokens_per_s_interval", "DOUBLE"),
         ("interval_method", "VARCHAR"), ("target_interval", "DOUBLE"), ("budget_spent", "VARCHAR"),
@@ -143,14 +143,14 @@ _V10_MEASURED = [  # measuring until known (runners/schemas.py MEASURE_SUMMARY, 
 ] + [f"ALTER TABLE repeats ADD COLUMN {name} {kind}" for name, kind in (
     ("draw", "INTEGER"), ("replay", "INTEGER"), ("predicted_tokens_per_s", "DOUBLE"))]
 
-_V11_QUANT_ERROR = [  # a quantised run's per-product error against bfloat16 (runners/schemas.py QUANT_ERROR)
+_V11_QUANT_ERROR = [  # a quantised run's per-product error against bfloat16 (runners/results/schemas.py QUANT_ERROR)
     """CREATE TABLE quant_errors (
         run_id VARCHAR NOT NULL, rows INTEGER, kernel VARCHAR, layer INTEGER, matrix VARCHAR, rel_error DOUBLE
     )""",
     "CREATE INDEX quant_errors_run ON quant_errors (run_id)",
 ]
 
-_V12_TTFT_PARTS = [  # an endpoint request's TTFT part by part (runners/schemas.py TTFT_PARTS, ENDPOINT_SUMMARY)
+_V12_TTFT_PARTS = [  # an endpoint request's TTFT part by part (runners/results/schemas.py TTFT_PARTS, ENDPOINT_SUMMARY)
     f"ALTER TABLE requests ADD COLUMN {part} DOUBLE" for part in (
         "ttft_client_ms", "ttft_uplink_ms", "ttft_parse_ms", "ttft_step_wait_ms", "ttft_queue_ms",
         "ttft_prefill_ms", "ttft_flush_ms", "ttft_downlink_ms")

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from runners import contract
+from runners.results import contract
 
 
 class RunFolder:
@@ -51,7 +51,7 @@ class RunFolder:
         return self.read_json(contract.SPEC)
 
     def status(self) -> dict[str, Any] | None:
-        """status.json; a field of the wrong type (runners.contract.status_problems) is dropped to null with
+        """status.json; a field of the wrong type (runners.results.contract.status_problems) is dropped to null with
         a warning, so the DB and the job manager see only values the contract allows."""
         status = self.read_json(contract.STATUS)
         for key, problem in contract.status_problems(status or {}).items():

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from runners.contract import parse_utc, utc_now
+from runners.results.contract import parse_utc, utc_now
 
 from batchscope import config
 from batchscope.migrations import SchemaTooNewError
@@ -26,7 +26,7 @@ from batchscope.store_file import StoreUnavailableError, connect
 from batchscope.store_reads import StoreReads
 
 POINT_TABLES = ("repeats", "requests", "steps", "samples")
-RUN_TABLES = ("quant_errors",)  # one file per run, not per point (runners/contract.py QUANT_ERROR)
+RUN_TABLES = ("quant_errors",)  # one file per run, not per point (runners/results/contract.py QUANT_ERROR)
 _STATUS_COLUMNS = ("state", "error", "stopped_early", "pid", "points_done", "points_total",
                    "started_at", "heartbeat_at", "finished_at", "status_json")
 

@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from runners.contract import parse_utc
+from runners.results.contract import parse_utc
 
 _JSON_FIELDS = ("spec", "status", "env", "model", "calibration")
 _DETAIL_ORDER = {

@@ -28,8 +28,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runners.parallel import MULTICAST_OFF, free_port  # noqa: E402
-from runners.presets import PRESETS  # noqa: E402
+from runners.engines.parallel import MULTICAST_OFF, free_port  # noqa: E402
+from runners.engines.presets import PRESETS  # noqa: E402
 
 REPLAYS = 20
 

@@ -5,7 +5,7 @@
 
 - prefill: one prompt of 512 and 2048 tokens, static engine (batch 1, CUDA events) and continuous
   engine (a lone request: its TTFT, host included), against max(weight bytes / copy rate,
-  prefill FLOPs / matmul rate) with both rates measured here (runners.calibrate).
+  prefill FLOPs / matmul rate) with both rates measured here (runners.telemetry.calibrate).
 - decode: decode-only steps with N active rows (N requests of prompt 256 / output 64 admitted at
   once), continuous step (host clock, after its one sync) vs static step at batch N (CUDA events).
 - ttft: a light load (Poisson 2 req/s, chat prompts lognormal:512:0.6, 64-token outputs,
@@ -31,12 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from engine import floors  # noqa: E402  (bench/engine.py: the roofline floors of one shape)
 
-from runners import distributions  # noqa: E402
-from runners.calibrate import calibrate  # noqa: E402
 from runners.engines.base import Batch  # noqa: E402
 from runners.engines.continuous import ContinuousEngine  # noqa: E402
 from runners.engines.fast import FastEngine  # noqa: E402
-from runners.models import LoadedModel, load  # noqa: E402
+from runners.engines.models import LoadedModel, load  # noqa: E402
+from runners.telemetry.calibrate import calibrate  # noqa: E402
+from runners.workload import distributions  # noqa: E402
 
 REPEATS = 5
 

@@ -26,11 +26,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine import matmul_params  # noqa: E402  (bench/engine.py)
-from runners import distributions  # noqa: E402
-from runners.calibrate import calibrate  # noqa: E402
 from runners.engines.continuous import ContinuousEngine  # noqa: E402
 from runners.engines.fast import FastEngine  # noqa: E402
-from runners.models import load  # noqa: E402
+from runners.engines.models import load  # noqa: E402
+from runners.telemetry.calibrate import calibrate  # noqa: E402
+from runners.workload import distributions  # noqa: E402
 
 REPLAYS = 50
 KINDS = (("attention", ("_partial", "_merge")), ("matmul", ("gemm", "nvjet", "cutlass", "sm90", "xmma")))

@@ -1,6 +1,6 @@
 """Markdown tables of bench/endpoint_vs_inprocess.sh, one per workload: per concurrency, output tok/s
 in-process and through `runners serve` (and their ratio: the bar is ≥ 0.90), TTFT and ITL P50 of both, and
-the served TTFT's P50 part by part (runners.schemas.TTFT_PARTS: the client's dispatch, uplink, the server's
+the served TTFT's P50 part by part (runners.results.schemas.TTFT_PARTS: the client's dispatch, uplink, the server's
 parsing, the wait for the step in flight, the scheduler's queue, prefill, flush, downlink), with the clock
 offset's error.
 
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runners.schemas import TTFT_PARTS
+from runners.results.schemas import TTFT_PARTS
 
 PART_NAMES = [part.removeprefix("ttft_").removesuffix("_ms") for part in TTFT_PARTS]
 

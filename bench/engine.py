@@ -4,7 +4,7 @@
                            [--quick] [--repeats 3] [--no-compile] [--json PATH]
 
 Floor per decode step = max(bytes / copy rate, FLOPs / matmul rate), both rates measured here
-(runners.calibrate). Bytes = all weight bytes + KV bytes of the mean context of a decode step;
+(runners.telemetry.calibrate). Bytes = all weight bytes + KV bytes of the mean context of a decode step;
 FLOPs = 2 × matmul parameters × batch + attention (4 × batch × context × heads × head_dim × layers).
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runners.calibrate import calibrate  # noqa: E402
 from runners.engines.base import Batch, Engine  # noqa: E402
 from runners.engines.fast import FastEngine  # noqa: E402
 from runners.engines.hf_generate import HFGenerateEngine  # noqa: E402
-from runners.models import LoadedModel, load  # noqa: E402
+from runners.engines.models import LoadedModel, load  # noqa: E402
+from runners.telemetry.calibrate import calibrate  # noqa: E402
 
 SHORT = (256, 64, [1, 4, 16, 64, 256])
 LONG = (4096, 256, [1, 8, 32])

@@ -21,8 +21,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runners import calibrate, paged_attention, paged_kernels  # noqa: E402
-from runners.quant_kernels import graph_replay_ms  # noqa: E402
+from runners.engines.kernels import paged_attention, paged_kernels  # noqa: E402
+from runners.engines.kernels.quant_kernels import graph_replay_ms  # noqa: E402
+from runners.telemetry import calibrate
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 SLOT_LEN = 2624
@@ -33,12 +34,12 @@ CONFIGS = [(16, C()), (32, C()), (64, C()), (16, C(tile=32)), (16, C(tile=128)),
 
 
 def graph_ms(fn, reps: int = 50) -> float:
-    """Median ms of one call, replayed from a CUDA graph (runners.quant_kernels' timing helper)."""
+    """Median ms of one call, replayed from a CUDA graph (runners.engines.kernels.quant_kernels' timing helper)."""
     return statistics.median(graph_replay_ms(fn, reps))
 
 
 def copy_bandwidth() -> float:
-    """Bytes/s of the runs' own calibration (runners.calibrate: a 1 GiB device copy, read + write counted)."""
+    """Bytes/s of the runs' own calibration (runners.telemetry.calibrate: a 1 GiB device copy, read + write counted)."""
     return calibrate._measure(torch.device("cuda"), torch.bfloat16)[0]
 
 

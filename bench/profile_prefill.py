@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runners.engines.fast import FastEngine  # noqa: E402
-from runners.models import load  # noqa: E402
+from runners.engines.models import load  # noqa: E402
 
 REPEATS = 5
 

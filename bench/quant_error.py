@@ -6,7 +6,7 @@ Three steps, each printed with its numbers (docs/quantisation.md quotes them):
 1. format: the relative RMS error of quantising one matrix of the preset's own random weights per output
    channel to int8 and to e4m3 fp8, and of quantising its real activations per token;
 2. products: each decoder matrix product's own error on the model's weights and real activations, per
-   kernel path: the runner's code (runners.quant_error, as every quantised run records it), once with
+   kernel path: the runner's code (runners.engines.quant_error, as every quantised run records it), once with
    bfloat16 activations (weight-only: the small-batch path) and once with per-token one-byte activations;
 3. compounding: the last-position logits of one bfloat16 prefill (the accuracy check's 4 × 32 prompts)
    against the same prefill with every matrix quantised, with one layer's matrices only, and with the
@@ -27,11 +27,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runners import models, quant  # noqa: E402
+from runners.engines import models  # noqa: E402
 from runners.engines.fast_model import FastDecoder  # noqa: E402
 from runners.engines.fast_quant import MATRICES, reference_run  # noqa: E402
+from runners.engines.kernels import quant
+from runners.engines.quant_error import layer_errors, relative_error  # noqa: E402
 from runners.engines.ragged import Chunk, pack  # noqa: E402
-from runners.quant_error import layer_errors, relative_error  # noqa: E402
 
 WEIGHT_ONLY, ACTIVATIONS = sys.maxsize, 0  # tensor_core_rows: never / always quantise activations too
 FORMATS = ("int8", "fp8")

@@ -3,7 +3,7 @@
     python bench/quant_kernels.py [--model llama-3.1-8b] [--rows 1,2,4,...] [--tune 1,16,64,256] [--json PATH]
 
 Times, per row count, each layer's four products (fused QKV, o_proj, fused gate/up, down) through:
-bf16 `F.linear`; the Triton kernel (`runners.quant_kernels`) on fp8 and on int8 weights; and
+bf16 `F.linear`; the Triton kernel (`runners.engines.kernels.quant_kernels`) on fp8 and on int8 weights; and
 `torch._scaled_mm` with per-token fp8 activations (quantisation included, as the engine runs it) and
 without (the GEMM alone). The Triton kernel also runs with the other dot dtype (fp8 in bfloat16, int8
 in float16) to show why each dtype multiplies in the one it does. Each variant is one CUDA graph over LAYERS distinct copies of the
@@ -28,8 +28,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runners import models, quant, quant_kernels  # noqa: E402
-from runners.quant_kernels import TileConfig  # noqa: E402
+from runners.engines import models  # noqa: E402
+from runners.engines.kernels import quant, quant_kernels
+from runners.engines.kernels.quant_kernels import TileConfig  # noqa: E402
 
 LAYERS, REPLAYS = 6, 15
 TUNE_GRID = [TileConfig(16, bn, bk, w, s) for bn, bk, w, s in itertools.product(

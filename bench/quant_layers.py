@@ -25,10 +25,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runners import models, quant  # noqa: E402
+from runners.engines import models  # noqa: E402
 from runners.engines import fast_model  # noqa: E402
 from runners.engines.fast_model import FastDecoder  # noqa: E402
 from runners.engines.fast_quant import GUARD_PROMPT_LEN, GUARD_ROWS, MATRICES  # noqa: E402
+from runners.engines.kernels import quant
 from runners.engines.ragged import Chunk, pack  # noqa: E402
 
 # name: (dtype to quantise to, tensor_core_rows, fast accumulation)

@@ -1,8 +1,8 @@
 """A checkpoint that a third-party server (`transformers serve`) loads with no download: a preset's random
-weights, built exactly as BatchScope's in-process engine builds them (runners.models.load, same seed), saved
+weights, built exactly as BatchScope's in-process engine builds them (runners.engines.models.load, same seed), saved
 with a word-level tokenizer and a two-token chat template.
 
-Every word of the workload (runners.workload.TEXT_WORDS) is one token, so a text prompt of N words is N
+Every word of the workload (runners.workload.workload.TEXT_WORDS) is one token, so a text prompt of N words is N
 prompt tokens on the server too, and the chat template adds exactly its two role tokens. The rest of the
 vocabulary is filler words (`w<id>`), so whatever id a random model generates decodes to one word and
 streams as one chunk. tests/test_endpoint_transformers.py writes a tiny one; bench/transformers_serve.sh
@@ -23,8 +23,8 @@ from tokenizers import Tokenizer, decoders, models as token_models, pre_tokenize
 from transformers import PreTrainedTokenizerFast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runners import models  # noqa: E402
-from runners.workload import TEXT_WORDS  # noqa: E402
+from runners.engines import models  # noqa: E402
+from runners.workload.workload import TEXT_WORDS  # noqa: E402
 
 SPECIAL = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]  # ids 0, 1, 2: unk, bos, eos as Llama's config
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
@@ -72,7 +72,7 @@ def write_to_hub(model: str, hub: Path, dtype: str, seed: int, device: str) -> s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a preset (runners/presets.py)")
+    parser.add_argument("--model", required=True, help="a preset (runners/engines/presets.py)")
     parser.add_argument("--hub", type=Path, required=True, help="the Hugging Face cache folder to write into")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--seed", type=int, default=0, help="seeds the random weights, as a sweep's --seed")

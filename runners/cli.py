@@ -1,5 +1,5 @@
 """`python -m runners sweep ...`: options on the command line or in `--spec FILE.json`;
-`python -m runners serve ...`: an OpenAI-compatible server over the continuous engine (runners.serve).
+`python -m runners serve ...`: an OpenAI-compatible server over the continuous engine (runners.serving.serve).
 
 Every SweepSpec field is a flag (`batch_sizes` → `--batch-sizes`, a field that defaults to on →
 `--no-calibrate`), with the help its declaration carries. Exit codes: 0 done, 1 failed, 2 rejected
@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runners import cancel, contract
-from runners.runfolder import check_out_dir
+from runners import cancel
+from runners.results import contract
+from runners.results.runfolder import check_out_dir
 from runners.spec import SpecError, validate
 from runners.spec.options import whole
 from runners.spec.sweep import MAX_TOKENS, spec_fields
@@ -102,7 +103,7 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        from runners.serve import main as serve  # torch and aiohttp load only to serve
+        from runners.serving.serve import main as serve  # torch and aiohttp load only to serve
 
         return serve(args)
     # The handler comes first, before torch: a KeyboardInterrupt raised inside a library's import can be

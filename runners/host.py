@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from runners import contract
+from runners.results import contract
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding this runners package
 NODE_RUNS = Path(tempfile.gettempdir()) / "batchscope-runs"  # a node's run folders, until the app has them

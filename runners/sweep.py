@@ -9,21 +9,24 @@ from typing import Any
 
 import torch
 
-from runners import cancel, contract, devices, fingerprint, models, outcome, parallel, schemas
-from runners.calibrate import CalibrationError, calibrate
+from runners import cancel
+from runners.engines import devices, models, parallel
 from runners.engines import make_engine
 from runners.engines.base import Engine
 from runners.engines.group import GroupEngine, local_engine
+from runners.engines.quant_error import LAYER_ERRORS
 from runners.metrics.summary import Summary
 from runners.modes import MODES, endpoint
 from runners.modes.context import PointContext, Stages
-from runners.progress import Progress
-from runners.quant_error import LAYER_ERRORS
-from runners.runfolder import RunWriter, make_out_dir, write_parquet
+from runners.results import contract, outcome, schemas
+from runners.results.progress import Progress
+from runners.results.runfolder import RunWriter, make_out_dir, write_parquet
 from runners.spec import Point, SweepSpec, point_count, points, refine
 from runners.spec.parallel import world_size
 from runners.spec.registry import measures_a_server
-from runners.telemetry import Sampler
+from runners.telemetry import fingerprint
+from runners.telemetry.calibrate import CalibrationError, calibrate
+from runners.telemetry.telemetry import Sampler
 
 
 RANDOM_WEIGHTS = " (not meaningful on random weights: their near-flat logits flip on any change)"
@@ -103,7 +106,7 @@ class Sweep:
 
     def _run_point(self, run_point: Callable[[PointContext, int, Point], Summary], ctx: PointContext, index: int,
                    point: Point) -> Summary:
-        """Run one point and keep its outcome for the sweep's final state (runners.outcome)."""
+        """Run one point and keep its outcome for the sweep's final state (runners.results.outcome)."""
         summary = run_point(ctx, index, point)
         self.outcomes.append((summary["status"], summary["error"]))
         return summary

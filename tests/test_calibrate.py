@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runners.calibrate import calibrate, spec_sheet
+from runners.telemetry.calibrate import calibrate, spec_sheet
 
 
 def test_cpu_calibration_is_positive_and_plausible() -> None:

@@ -13,7 +13,7 @@ from batchscope.analysis import SLO, analyse, memory_split, model_facts
 from batchscope.charts import frames, layout, palette
 from batchscope.explain import charts as explain_charts
 from batchscope.units import GiB
-from runners.schemas import SUMMARY
+from runners.results.schemas import SUMMARY
 
 CALIBRATION = {"device": "test GPU", "dtype": "bfloat16", "copy_bytes_per_s": 4.0e12,
                "matmul_flops_per_s": 7.0e14, "source": "spec-table", "key": "test GPU|-|bfloat16"}

@@ -7,7 +7,7 @@ import pytest
 from batchscope import cli as batchscope_cli
 from batchscope import report
 from runners import cli as runners_cli
-from runners import follower
+from runners.engines import follower
 
 
 @pytest.mark.parametrize("argv", [

@@ -12,7 +12,7 @@ import torch
 from runners.engines.base import Batch
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
-from runners.models import load
+from runners.engines.models import load
 
 
 def test_measured_static_and_continuous_steps_never_compile() -> None:

@@ -11,14 +11,14 @@ import torch
 
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
-from runners.spec.continuous import points
 from runners.engines.base import Batch
 from runners.engines.continuous import ContinuousEngine, buckets
 from runners.engines.fast import FastEngine
-from runners.models import load
-from runners.kv_layout import KV_BLOCK_SIZE
-from runners.scheduler import Arrivals, BlockPool, Request, Scheduler
+from runners.engines.kv_layout import KV_BLOCK_SIZE
+from runners.engines.models import load
+from runners.engines.scheduler import Arrivals, BlockPool, Request, Scheduler
 from runners.spec import problems, validate
+from runners.spec.continuous import points
 from tests.runner_helpers import run_runner
 
 BIG = 10**9

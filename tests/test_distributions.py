@@ -3,8 +3,8 @@ import statistics
 
 import pytest
 
-from runners import distributions
 from runners.spec import problems
+from runners.workload import distributions
 
 
 def test_fixed_always_same():

@@ -11,11 +11,11 @@ import pytest
 from runners.engines.endpoint import SERVER_STAMPS, Capabilities, Clock, Outcome, Served, request_body
 from runners.engines.sse import CompletionStream, EventParser, token_times
 from runners.metrics.endpoint import endpoint_repeat, summarise, ttft_parts
+from runners.results.schemas import TTFT_PARTS
+from runners.serving.serve_body import BadRequest, Parsed, parse
 from runners.spec import points, problems, validate
-from runners.schemas import TTFT_PARTS
-from runners.serve_body import BadRequest, Parsed, parse
 from runners.spec.endpoint import server_argv
-from runners.workload import TEXT_WORDS, text_prompt
+from runners.workload.workload import TEXT_WORDS, text_prompt
 
 PIECES = [  # (when the bytes arrived, the bytes): the é is sent as its two UTF-8 bytes
     (0.0, ': a comment line\r\ndata: {"choices":[{"index":0,"text":" caf\xc3\xa9","finish_reason":null}]}\r\n\r\n'),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from runners.schemas import TTFT_PARTS
+from runners.results.schemas import TTFT_PARTS
 from tests.runner_helpers import REPO, runner_cmd
 from tests.test_endpoint import endpoint, free_port, start_server, stop
 

@@ -8,8 +8,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from runners.engines import ragged
 from runners.engines.base import Batch
 from runners.engines.fast import FastEngine
+from runners.engines.models import LoadedModel, describe, load
 from runners.engines.ragged import Chunk
-from runners.models import LoadedModel, describe, load
 
 SMALL = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=300, max_position_embeddings=512, rms_norm_eps=1e-6)

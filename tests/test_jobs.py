@@ -12,7 +12,7 @@ import pytest
 from batchscope.backends.local import device_key, runner_alive
 from batchscope.jobs import JobManager, make_run_id
 from batchscope.runfolder import RunFolder
-from runners.contract import parse_utc
+from runners.results.contract import parse_utc
 from runners.spec import SpecError
 from tests.runner_helpers import LONG, QUICK, RUN_TIMEOUT_S, until
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from batchscope.analysis import memory_split, model_facts, predict_memory, predict_memory_for_spec
-from runners.presets import PRESETS
+from runners.engines.presets import PRESETS
 from runners.spec import SweepSpec
 
 MODEL = {"weight_bytes": 2_000_000_000, "kv_bytes_per_token": 100_000}
@@ -18,13 +18,13 @@ MODEL = {"weight_bytes": 2_000_000_000, "kv_bytes_per_token": 100_000}
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float16"])
 def test_model_facts_agree_with_runner_describe(preset: str, dtype: str) -> None:
-    from runners.models import describe, model_config  # the runner side, with torch
+    from runners.engines.models import describe, model_config  # the runner side, with torch
 
     assert model_facts(preset, dtype) == asdict(describe(preset, model_config(preset), dtype))
 
 
 def test_model_facts_of_a_local_checkpoint_agree(tmp_path: Path) -> None:
-    from runners.models import describe, model_config
+    from runners.engines.models import describe, model_config
 
     (tmp_path / "config.json").write_text(json.dumps(PRESETS["qwen2.5-7b"]))
     name = str(tmp_path)

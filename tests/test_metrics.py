@@ -1,13 +1,13 @@
 """Hand-checked static-batch metrics: percentiles, TTFT/ITL/E2E, padding waste, memory split."""
 import pytest
 
-from runners import memory
 from runners.engines.base import Batch, Generation
+from runners.metrics import memory
 from runners.metrics.static import padding_waste, static_repeat, summarise
 from runners.metrics.stats import percentile
 from runners.metrics.summary import Summary
-from runners.runfolder import write_parquet
-from runners.schemas import DETAIL, SUMMARY
+from runners.results.runfolder import write_parquet
+from runners.results.schemas import DETAIL, SUMMARY
 
 
 def test_percentile_linear_interpolation():

@@ -6,10 +6,10 @@ import random
 import pytest
 import torch
 
-from runners import paged_attention, paged_kernels
 from runners.engines.base import Batch
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
+from runners.engines.kernels import paged_attention, paged_kernels
 from tests.test_fast_engine import GPU_SHAPE, small_model
 
 pytestmark = pytest.mark.gpu

@@ -13,17 +13,17 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from runners import parallel
+from runners.engines import parallel
 from runners.engines.base import Batch, Generation
 from runners.engines.fast import FastEngine
 from runners.engines.fast_model import FastDecoder
+from runners.engines.models import load
 from runners.engines.ragged import Chunk, pack
-from runners.fingerprint import summarise_topology
+from runners.engines.replicas import combine, split, split_sizes
 from runners.metrics.replicated import batch_repeat
 from runners.metrics.static import summarise
-from runners.models import load
-from runners.replicas import combine, split, split_sizes
 from runners.spec import problems
+from runners.telemetry.fingerprint import summarise_topology
 from tests.runner_helpers import read_status, run_runner, start_runner, wait_for_points
 from tests.test_fast_engine import hf_greedy, random_batch, small_model
 
@@ -161,7 +161,7 @@ def test_tensor_parallel_on_two_gpus_gives_one_gpus_greedy_tokens(tmp_path):
 @pytest.mark.gpu
 def test_the_default_device_is_a_numbered_gpu_that_ranks_count_from() -> None:
     """NCCL and torch.cuda.set_device need an index: `auto` and `cuda` are GPU 0, rank r its r-th successor."""
-    from runners import devices
+    from runners.engines import devices
 
     assert devices.resolve("auto") == devices.resolve("cuda") == torch.device("cuda", 0)
     assert parallel.rank_device(devices.resolve("auto"), 1) == torch.device("cuda", 1)
@@ -175,7 +175,7 @@ def _followers(driver_pid: int) -> list[int]:
             args = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if b"runners.follower" in args and str(driver_pid).encode() in args:
+        if b"runners.engines.follower" in args and str(driver_pid).encode() in args:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
             if state != "Z":
                 found.append(int(entry.name))

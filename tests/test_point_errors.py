@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners import cancel, models
+from runners import cancel
+from runners.engines import models
 from runners.metrics.summary import Summary
 from runners.modes.context import PointContext
 from runners.spec import SweepSpec

@@ -13,13 +13,14 @@ import torch
 from batchscope.analysis.model_facts import model_facts, quant_note
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
-from runners import devices, models, quant
-from runners.calibrate import calibrate, spec_sheet
+from runners.engines import devices, models
 from runners.engines import fast_quant
 from runners.engines.fast import FastEngine
-from runners.presets import PRESETS
-from runners.quant_layout import QUANT_DTYPES
+from runners.engines.kernels import quant
+from runners.engines.presets import PRESETS
+from runners.engines.quant_layout import QUANT_DTYPES
 from runners.spec import SpecError, validate
+from runners.telemetry.calibrate import calibrate, spec_sheet
 from tests.runner_helpers import run_runner
 
 

@@ -1,4 +1,4 @@
-"""Per-product quantisation error (runners.quant_error): the measure by hand, the recording of a real
+"""Per-product quantisation error (runners.engines.quant_error): the measure by hand, the recording of a real
 prefill's products, and what a quantised engine reports."""
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from runners import models, quant
+from runners.engines import models
 from runners.engines import fast_quant
 from runners.engines.fast import FastEngine
 from runners.engines.fast_model import FastDecoder
-from runners.quant_error import LAYER_ERRORS, Product, model_summary, path_summary, product_error, relative_error
+from runners.engines.kernels import quant
+from runners.engines.quant_error import (LAYER_ERRORS, Product, model_summary, path_summary, product_error,
+                                         relative_error)
 
 
 def test_relative_error_is_the_norm_of_the_difference_over_the_norm_of_the_reference() -> None:

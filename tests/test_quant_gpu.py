@@ -12,9 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runners import devices, models, quant
+from runners.engines import devices, models
 from runners.engines.base import Batch
 from runners.engines.fast import FastEngine
+from runners.engines.kernels import quant
 
 DTYPES = ("int8", "fp8", "fp8-dynamic")
 pytestmark = pytest.mark.gpu
@@ -46,7 +47,7 @@ def test_compiled_graph_engine_accuracy_vs_bf16(dtype: str) -> None:
 def test_triton_kernel_matches_dequantised_reference(dtype: str, rows: int) -> None:
     if not fp8_gpu():
         pytest.skip("needs compute capability ≥ 8.9")
-    from runners import quant_kernels
+    from runners.engines.kernels import quant_kernels
     w = torch.randn(4096, 1024, device="cuda") * 0.02
     x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16)
     qw = quant.quantize(w, dtype)
@@ -60,7 +61,7 @@ def test_triton_kernel_matches_dequantised_reference(dtype: str, rows: int) -> N
 def test_fp8_row_quantisation_kernel_equals_the_torch_ops() -> None:
     if not fp8_gpu():
         pytest.skip("needs compute capability ≥ 8.9")
-    from runners import quant_kernels
+    from runners.engines.kernels import quant_kernels
     x = torch.randn(7, 14336, device="cuda", dtype=torch.bfloat16) * torch.logspace(-3, 3, 7, device="cuda")[:, None]
     q, scale = quant_kernels.quantize_rows(x, quant.FP8, quant.FP8_MAX, quant.TINY)
     want_scale = x.float().abs().amax(dim=-1, keepdim=True) / quant.FP8_MAX

@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = """
 import torch
-from runners import quant, quant_kernels
+from runners.engines.kernels import quant, quant_kernels
 torch.manual_seed(0)
 worst = 0.0
 for dtype in ("int8", "fp8"):

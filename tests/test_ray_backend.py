@@ -72,7 +72,7 @@ UNREACHABLE = """
 import json, sys, time
 from pathlib import Path
 from batchscope.jobs import JobManager
-from runners.contract import new_status, write_json
+from runners.results.contract import new_status, write_json
 from runners.spec import SpecError
 left = Path(sys.argv[2]) / "20261130-090000-left-on-the-cluster"
 left.mkdir(parents=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from runners.schemas import DETAIL, SUMMARY
+from runners.results.schemas import DETAIL, SUMMARY
 from runners.spec import problems
 from tests.runner_helpers import REPO, TINY, read_status, run_runner, start_runner, wait_for_points
 
@@ -168,7 +168,7 @@ def test_an_out_folder_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, wher
 
 def tiny_checkpoint(folder, **config) -> str:
     """A local checkpoint folder holding only a config.json: the tiny preset's shape unless overridden."""
-    from runners.presets import PRESETS
+    from runners.engines.presets import PRESETS
 
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({**PRESETS["tiny"], **config}))

@@ -1,4 +1,4 @@
-"""The run folder's Parquet schemas (runners/schemas.py) and the history DB's migrations
+"""The run folder's Parquet schemas (runners/results/schemas.py) and the history DB's migrations
 (batchscope/migrations.py) name the same columns with the same types.
 
 Ingest stores a point's summary file in the `points` table and each detail file in the table of its kind
@@ -19,8 +19,8 @@ import pyarrow as pa
 from batchscope.ingest import ingest_run
 from batchscope.migrations import migrate
 from batchscope.store import POINT_TABLES, Store
-from runners import contract, schemas
-from runners.runfolder import write_parquet
+from runners.results import contract, schemas
+from runners.results.runfolder import write_parquet
 
 # the DB table each point file is stored in (Store.add_point: summary → points, detail kind → its table)
 FILE_TABLES: dict[str, tuple[str, pa.Schema]] = {
@@ -37,7 +37,7 @@ DB_ONLY: dict[tuple[str, str], str] = {
     for table, _ in (*FILE_TABLES.values(), *RUN_FILE_TABLES.values())
 }
 
-# Arrow type → the DuckDB type its migration must declare (the only types runners/schemas.py uses)
+# Arrow type → the DuckDB type its migration must declare (the only types runners/results/schemas.py uses)
 DB_TYPE = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR"}
 
 

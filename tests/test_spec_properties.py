@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from runners import distributions
 from runners.spec import SpecError, SweepSpec, problems, validate
+from runners.workload import distributions
 
 # The bar (issue 16): an answer in under 2 s, whatever the input. Examples stay few so CI stays fast.
 QUICK = settings(deadline=timedelta(seconds=2), max_examples=150,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runners import workload
 from runners.spec import SpecError, validate
 from runners.spec.sweep import MAX_REQUESTS
+from runners.workload import workload
 
 TINY = {"model": "tiny", "prompt_len": "fixed:8", "output_len": "fixed:2"}
 CONTINUOUS = {**TINY, "mode": "continuous", "engine": "fast", "arrival": "poisson:4"}

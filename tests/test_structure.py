@@ -100,8 +100,8 @@ def test_every_runners_module_imports_on_its_own() -> None:
 
 
 def test_what_the_app_imports_from_runners_stays_torch_free() -> None:
-    code = ("import sys, runners.contract, runners.spec, runners.spec.continuous, runners.kv_layout, "
-            "runners.presets, runners.quant_layout, runners.distributions; "
+    code = ("import sys, runners.results.contract, runners.spec, runners.spec.continuous, runners.engines.kv_layout, "
+            "runners.engines.presets, runners.engines.quant_layout, runners.workload.distributions; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pyarrow', 'transformers')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from batchscope.ingest import ingest_run
-from runners.outcome import ending
+from runners.results.outcome import ending
 from tests.runner_helpers import read_status, run_runner
 from tests.test_pages import home, no_traceback, open_page, texts  # noqa: F401 (home is a fixture)
 

@@ -2,8 +2,8 @@
 import pytest
 
 from runners.metrics.utilisation import Window, tag_samples, utilisation
-from runners.schemas import UTIL_MEANS
-from runners.telemetry import clock_reason_names
+from runners.results.schemas import UTIL_MEANS
+from runners.telemetry.telemetry import clock_reason_names
 
 WINDOW = [Window(0, 100.0, 100.5, 102.0)]  # repeat 0 ran from host time 100 s to 102 s; first token at 100.5 s
 POINT, TOKENS = 3, 40  # point 3 produced 40 output tokens in its measured repeats

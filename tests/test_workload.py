@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from runners import workload
 from runners.spec import validate
+from runners.workload import workload
 
 LENGTHS = {"model": "tiny", "prompt_len": "uniform:3:9", "output_len": "uniform:1:5", "seed": 3}
 STATIC = validate({**LENGTHS, "batch_sizes": "1,4", "warmup": 1, "repeats": 2})

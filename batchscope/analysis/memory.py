@@ -5,10 +5,10 @@ import pandas as pd
 
 from batchscope.analysis.axis import sweep_x
 from batchscope.analysis.marker import pct
+from runners.engines.kv_layout import cache_len
+from runners.spec import SweepSpec
 from runners.spec.continuous import longest_request
 from runners.spec.continuous import points as continuous_points
-from runners.kv_layout import cache_len
-from runners.spec import SweepSpec
 from runners.spec.registry import schedules_slots
 from batchscope.units import GiB
 
@@ -60,7 +60,7 @@ def predict_memory_for_spec(model: dict, spec: SweepSpec, capacity_bytes: int | 
     Static: each batch size draws its own lengths per repeat (`SweepSpec.request_lengths`); the
     largest batch of all repeats is the one that must fit. Continuous: per max_num_seqs, the slot
     cache the engine allocates up front, whatever the load: slots × the longest request of the
-    workload, rounded up to the cache alignment (`runners.kv_layout`).
+    workload, rounded up to the cache alignment (`runners.engines.kv_layout`).
     """
     if schedules_slots(spec.mode):
         per_slot = cache_len(longest_request(spec))

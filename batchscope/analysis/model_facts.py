@@ -1,6 +1,6 @@
 """model.json's numbers before any run exists, from a preset or a local config.json, without torch.
 
-Same formulas as `runners.models.describe()`; tests/test_memory_prediction.py checks the two agree
+Same formulas as `runners.engines.models.describe()`; tests/test_memory_prediction.py checks the two agree
 for every preset and for a local checkpoint directory.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runners.presets import PRESETS
-from runners.quant_layout import QUANT_DTYPES, decoder_matrices, quantized_weight_bytes
+from runners.engines.presets import PRESETS
+from runners.engines.quant_layout import QUANT_DTYPES, decoder_matrices, quantized_weight_bytes
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # quantised dtypes: bfloat16 activations and KV
 

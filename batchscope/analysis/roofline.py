@@ -1,7 +1,7 @@
 """Roofline: the fastest a decode step or a prefill could run on this device, from two ceilings.
 
 predicted time = max(bytes / copy bandwidth, FLOPs / matmul rate), both ceilings measured by
-`runners.calibrate` (calibration.json). The roofline is a floor for an ideal engine, so it counts
+`runners.telemetry.calibrate` (calibration.json). The roofline is a floor for an ideal engine, so it counts
 what must be read and computed, not what an engine happens to touch:
 
 - decode bytes = weights + KV of the active rows (`active_tokens_mean` × KV bytes/token). Left out:

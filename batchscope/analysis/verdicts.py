@@ -16,7 +16,7 @@ from batchscope.analysis.trust import (LEVELS, Finding, clock_finding, drift_fin
                                        outlier_finding, percentile_finding, processes_finding, spread_finding,
                                        tokens_finding)
 from batchscope.metric_catalogue import LATENCY_NAMES, latency_column
-from runners.schemas import PERCENTILES
+from runners.results.schemas import PERCENTILES
 
 THROUGHPUT, MEMORY = "throughput", "memory"
 

@@ -19,8 +19,8 @@ from typing import Any
 import runners
 from batchscope.backends.base import LaunchError, exit_outcome
 from batchscope.runfolder import RunFolder
-from runners import contract
 from runners.host import HostReport, SweepHost
+from runners.results import contract
 from runners.spec import SpecError, SweepSpec
 from runners.spec.parallel import world_size
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from runners.quant_layout import QUANT_DTYPES
+from runners.engines.quant_layout import QUANT_DTYPES
 
 LENGTH_KEYS = ("prompt_len", "output_len")
 SpecOf = Callable[[str], dict | None]

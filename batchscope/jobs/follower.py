@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.contract import TERMINAL_STATES, timestamp
+from runners.results.contract import TERMINAL_STATES, timestamp
 
 from batchscope.backends.base import Sweep
 from batchscope.ingest import ingest_run

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from runners import spec as runner_spec
+from runners.results.contract import (SPEC, STATUS, TERMINAL_STATES, new_status, parse_utc, timestamp, utc_now,
+                                      write_json)
 from runners.spec import point_count
-from runners.contract import SPEC, STATUS, TERMINAL_STATES, new_status, parse_utc, timestamp, utc_now, write_json
 
 from batchscope import config
 from batchscope.backends.local import LocalBackend

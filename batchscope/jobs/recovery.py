@@ -12,7 +12,7 @@ from batchscope.backends.ray_cluster import ClusterError
 from batchscope.jobs.queue import Queue
 from batchscope.runfolder import RunFolder
 from batchscope.store import Store
-from runners.contract import timestamp
+from runners.results.contract import timestamp
 
 log = logging.getLogger("batchscope.jobs")
 

@@ -17,11 +17,11 @@ from batchscope.backends.local import device_key
 from batchscope.backends.ray_cluster import GpuType, placement_problem, ranks
 from batchscope.ui.slo_control import slo_param
 from batchscope.units import GiB
-from runners import distributions
 from runners.spec import SpecError, SweepSpec, model_context, parse_batch_sizes, problems, validate
 from runners.spec.options import FieldInfo
 from runners.spec.registry import is_load_driven, measures_a_server, schedules_slots, sweeps_batch_size
 from runners.spec.sweep import check_draws, spec_fields
+from runners.workload import distributions
 
 LOCAL_DEVICES = ("auto", "cuda", "cpu")
 CLUSTER = "ray:"  # a Device value `ray:H200` sends the sweep to the Ray cluster's H200 GPUs

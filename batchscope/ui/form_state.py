@@ -12,7 +12,7 @@ from typing import Any
 from batchscope.analysis.slo import SLO
 from batchscope.ui import slo_control
 from batchscope.ui.form import CLUSTER, SweepForm, extra_fields
-from runners.presets import PRESETS
+from runners.engines.presets import PRESETS
 from runners.spec.options import FieldInfo
 from runners.spec.registry import is_load_driven
 

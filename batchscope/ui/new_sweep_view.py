@@ -14,8 +14,8 @@ from batchscope.ui import resources, tables
 from batchscope.ui.form_state import BATCH_MODES, LOADS, MODEL_SOURCES
 from batchscope.ui.plain_text import plain
 from batchscope.ui.spec_inputs import info_of, spec_input
-from runners.presets import PRESETS
-from runners.quant_layout import QUANT_DTYPES
+from runners.engines.presets import PRESETS
+from runners.engines.quant_layout import QUANT_DTYPES
 from runners.spec.registry import DEFAULT_MODE, engine_is_remote, measures_a_server, schedules_slots, server_mode
 
 Slots = dict[str, Any]

@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from runners.quant_layout import MATRICES
+from runners.engines.quant_layout import MATRICES
 
 from batchscope.store import Store
 from batchscope.ui.plain_text import plain

@@ -25,7 +25,7 @@ def show_outcome(progress: dict) -> None:
         st.warning(plain(f"The runner stopped without finishing ({reason}); finished points are kept."))
     elif state == "cancelled":
         st.info("The sweep was cancelled; finished points are kept.")
-    elif state == "done" and progress.get("error"):  # some points failed (runners.outcome)
+    elif state == "done" and progress.get("error"):  # some points failed (runners.results.outcome)
         st.warning(plain(f"The sweep finished, but {progress['error']}"))
     if progress.get("stopped_early"):
         st.info(plain(progress["stopped_early"]))

@@ -1,8 +1,12 @@
 """Engine registry: the sweep asks for an engine by name and never imports one directly."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from runners.engines.base import Engine
-from runners.models import LoadedModel
+
+if TYPE_CHECKING:  # the package stays torch-free: the app imports its presets, kv_layout and quant_layout
+    from runners.engines.models import LoadedModel
 
 
 def make_engine(name: str, loaded: LoadedModel) -> Engine:

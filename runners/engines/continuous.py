@@ -5,7 +5,7 @@ Each step decodes the slots that have a token to feed, gathered and padded to a 
 of the step's prompt chunks in one packed forward (runners.engines.ragged), the same prefill the
 static engine runs. K/V live in a pool of fixed-size blocks (runners.engines.paged_cache): a request
 holds the blocks its tokens fill, decode attention reads each row's own blocks up to its own length
-(runners.paged_attention); the padding rows are the parking row (`active` = 0: no attention, its K/V
+(runners.engines.kernels.paged_attention); the padding rows are the parking row (`active` = 0: no attention, its K/V
 writes land in the parking block, where nothing reads). On a GPU the pool takes what `memory_utilization` of the device leaves after the
 weights, the largest prefill's and decode's activations (measured in setup over a two-block pool), as
 vLLM's gpu_memory_utilization does; on CPU, or when kv_cache_tokens is given, it holds that many.
@@ -31,12 +31,12 @@ import torch
 from runners import cancel
 from runners.engines.fast import capture, warm_decode
 from runners.engines.fast_model import FastDecoder
+from runners.engines.kv_layout import KV_BLOCK_SIZE, cache_len
 from runners.engines.lone_prefill import LonePrefill
 from runners.engines.paged_cache import PagedState
 from runners.engines.ragged import Chunk, pack
+from runners.engines.scheduler import Arrivals, BlockPool, Plan, Request, Scheduler
 from runners.engines.sources import Scheduled, Source
-from runners.kv_layout import KV_BLOCK_SIZE, cache_len
-from runners.scheduler import Arrivals, BlockPool, Plan, Request, Scheduler
 
 
 FINE_STEP = 64  # above this many rows, decode widths go up in steps of this many

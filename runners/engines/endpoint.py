@@ -1,5 +1,5 @@
 """The endpoint engine's client: a workload sent to an OpenAI-compatible server, each request streamed and
-its chunks timed on arrival (docs/design.md §3). Arrivals follow runners.scheduler.Arrivals, the in-process
+its chunks timed on arrival (docs/design.md §3). Arrivals follow runners.engines.scheduler.Arrivals, the in-process
 engine's own: the same seeded Poisson gaps, or clients that send their next request when the last ends.
 
 Requests are made as the server's Capabilities allow (runners.engines.negotiate finds them in setup): the
@@ -22,14 +22,15 @@ from typing import Any
 import aiohttp
 
 from runners import cancel
+from runners.engines.scheduler import Arrivals, Request
 from runners.engines.sse import CompletionStream
-from runners.scheduler import Arrivals, Request
 
 CHECK_S = 0.1  # the dispatcher looks for a cancel at least this often
 CLOCK_PROBES = 5  # reads of the server's clock before a repeat; the quickest round trip sets the offset
 JSON_TYPE = {"Content-Type": "application/json"}
-CLOCK_HEADER = "X-Server-Clock"  # runners.serve's perf_counter, on its /v1/models answer
-# runners.serve's server_timing, in the order they happen to a request (runners.serve's doc says what each is)
+CLOCK_HEADER = "X-Server-Clock"  # runners.serving.serve's perf_counter, on its /v1/models answer
+# runners.serving.serve's server_timing, in the order they happen to a request
+# (runners.serving.serve's doc says what each is)
 SERVER_STAMPS = ("received", "submitted", "handed", "admitted", "first_token", "first_flush")
 DETAIL_CHARS = 200
 API_PATHS = {"completions": "/completions", "chat": "/chat/completions"}

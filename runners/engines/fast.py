@@ -18,12 +18,12 @@ from runners import cancel
 from runners.engines.base import Batch, Generation
 from runners.engines.fast_model import DecodeState, FastDecoder
 from runners.engines.fast_quant import decoder_weight_bytes, quantize_with_guard
-from runners.engines.paged_cache import PagedState
+from runners.engines.kv_layout import cache_len
 from runners.engines.lone_prefill import LonePrefill
+from runners.engines.models import LoadedModel
+from runners.engines.paged_cache import PagedState
+from runners.engines.quant_layout import QUANT_DTYPES
 from runners.engines.ragged import Chunk, PackedPrefill, pack
-from runners.models import LoadedModel
-from runners.kv_layout import cache_len
-from runners.quant_layout import QUANT_DTYPES
 
 VERSION = "2"  # 2: one packed prefill (ragged attention) for static and continuous batches
 PAD_ID = 0

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from runners.engines import ragged
+from runners.engines.kernels.paged_attention import paged_decode_attention
+from runners.engines.kernels.quant import QuantWeight, linear
 from runners.engines.paged_cache import PagedState, new_paged_state
 from runners.engines.ragged import PackedPrefill
-from runners.paged_attention import paged_decode_attention
-from runners.quant import QuantWeight, linear
 
 
 @dataclass

@@ -8,7 +8,7 @@ one early disagreement does not make every later step disagree. Per decode step 
 cosine similarity of the logits and whether the argmax is the bfloat16 token. The switch to tensor cores
 above `tensor_core_rows` rows gets its own check, with the prompts repeated past it. The bfloat16 prefill
 also records each matrix product's input, so every product's own error is measured per kernel path
-(runners.quant_error): the figure that says what the format costs, where the end-to-end ones on random
+(runners.engines.quant_error): the figure that says what the format costs, where the end-to-end ones on random
 weights do not.
 """
 from __future__ import annotations
@@ -22,11 +22,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from runners.engines.fast_model import DecodeState, FastDecoder
+from runners.engines.kernels.quant import QuantWeight, kernel_for, linear, quantize
+from runners.engines.kv_layout import cache_len
+from runners.engines.quant_error import (LAYER_ERRORS, Product, ProductRecorder, layer_errors, model_summary,
+                                         path_summary)
+from runners.engines.quant_layout import MATRICES
 from runners.engines.ragged import Chunk, pack
-from runners.kv_layout import cache_len
-from runners.quant import QuantWeight, kernel_for, linear, quantize
-from runners.quant_layout import MATRICES
-from runners.quant_error import LAYER_ERRORS, Product, ProductRecorder, layer_errors, model_summary, path_summary
 
 GUARD_ROWS, GUARD_PROMPT_LEN, GUARD_STEPS = 4, 32, 32
 StepRunner = Callable[[DecodeState], Callable[[], Tensor]]  # warm (and capture) a state; returns its step
@@ -39,7 +40,7 @@ class Reference:
     prompts: Tensor  # [GUARD_ROWS, GUARD_PROMPT_LEN] token ids
     tokens: Tensor  # [GUARD_ROWS, 1 + GUARD_STEPS]: the prefill's greedy token, then each decode step's
     logits: Tensor  # [GUARD_STEPS, GUARD_ROWS, vocab] float32: each decode step's
-    products: list[Product]  # each decoder matrix product of the prefill, with its input (runners.quant_error)
+    products: list[Product]  # each decoder matrix product of the prefill, with its input (runners.engines.quant_error)
 
 
 @torch.no_grad()
@@ -151,7 +152,7 @@ def warm_kernels(decoder: FastDecoder) -> dict[str, list[int]]:
     never inside a measured step. Returns the chosen tiles (model.json's quant_tiles)."""
     if decoder.device.type != "cuda":
         return {}
-    from runners import quant_kernels
+    from runners.engines.kernels import quant_kernels
     tiles: dict[str, list[int]] = {}
     for name in MATRICES:
         weights = [getattr(layer, name) for layer in decoder.layers]

@@ -20,8 +20,8 @@ from torch import Tensor
 from runners.engines.base import Batch, Generation
 from runners.engines.fast import FastEngine, capture
 from runners.engines.fast_model import FastDecoder, LayerWeights
-from runners.models import LoadedModel
-from runners.quant_layout import QUANT_DTYPES
+from runners.engines.models import LoadedModel
+from runners.engines.quant_layout import QUANT_DTYPES
 
 PROBE_REPLAYS = 9
 

@@ -1,7 +1,7 @@
 """Rank 0's engine for a multi-process sweep: each call goes to every rank, rank 0's own included.
 
 Tensor parallel: every rank runs the same batch on its shard. Replicas: each rank runs its share of
-the batch (runners.replicas.split), all starting after one barrier. Every rank replies; an OOM or an
+the batch (runners.engines.replicas.split), all starting after one barrier. Every rank replies; an OOM or an
 error on any rank becomes rank 0's exception, so the sweep records the point as it always does.
 A cancel inside a call leaves the followers mid-collective: the engine is then broken and the sweep
 ends them (parallel.Team.close).
@@ -13,11 +13,12 @@ from typing import Any
 
 import torch
 
-from runners import cancel, replicas
+from runners import cancel
+from runners.engines import replicas
 from runners.engines import make_engine
 from runners.engines.base import Batch, Engine, Generation
-from runners.models import LoadedModel
-from runners.parallel import Command, Group
+from runners.engines.models import LoadedModel
+from runners.engines.parallel import Command, Group
 from runners.spec import SweepSpec
 
 OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)

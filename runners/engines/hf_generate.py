@@ -16,7 +16,7 @@ from transformers.generation.streamers import BaseStreamer
 from runners import cancel
 
 from runners.engines.base import Batch, Generation
-from runners.models import LoadedModel
+from runners.engines.models import LoadedModel
 
 PAD_ID = 0
 

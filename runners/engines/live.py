@@ -1,5 +1,5 @@
 """The continuous engine serving live requests: one thread runs its loop for as long as the server lives,
-any other thread submits a request and hears each step's tokens as they are made (runners.serve streams
+any other thread submits a request and hears each step's tokens as they are made (runners.serving.serve streams
 them over HTTP). The loop, scheduler and timing are the in-process engine's own, so a served sweep and an
 in-process one differ only by what lies between the client and the engine.
 """
@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 
 from runners.engines.continuous import ContinuousEngine, OnStep
-from runners.scheduler import Request
+from runners.engines.scheduler import Request
 
 
 class LiveSource:

@@ -19,7 +19,7 @@ def negotiate(client: EndpointClient, api: str, prompt_format: str, sample: list
               log: Log) -> Capabilities:
     """The capabilities every measured request of a point follows; RuntimeError when the server takes no
     request BatchScope can make. `api` and `prompt_format` are the spec's (auto lets the server choose);
-    `sample` is a prompt's first ids and `text` the same prompt as words (runners.workload.text_prompt)."""
+    `sample` is a prompt's first ids and `text` the same prompt as words (runners.workload.workload.text_prompt)."""
     caps = Capabilities(api="completions" if api == "auto" else api, prompt="text", length="none",
                         stream_options=False, usage="chunks", end="end of stream")
     if api == "auto":

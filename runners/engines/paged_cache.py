@@ -3,7 +3,7 @@
 A slot cache gives every slot the workload's longest request, so its size is slots × longest and a
 decode step reads every slot to that length. Paged, a request holds only the blocks its tokens fill,
 the pool is sized from the GPU's free memory, and decode attention reads each row's own blocks
-(runners.paged_attention). The static engine keeps its slot cache: it models static batching, padding
+(runners.engines.kernels.paged_attention). The static engine keeps its slot cache: it models static batching, padding
 included.
 
 The state has the same per-row buffers as the slot cache's `DecodeState` (tokens, pos, out, step,
@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from runners.paged_attention import flat_index
+from runners.engines.kernels.paged_attention import flat_index
 
 
 @dataclass

@@ -6,7 +6,7 @@ import time
 from typing import Protocol
 
 from runners import cancel
-from runners.scheduler import Arrivals, Request
+from runners.engines.scheduler import Arrivals, Request
 
 
 class Source(Protocol):

@@ -10,7 +10,7 @@ from runners.engines.continuous import RunResult
 from runners.metrics import summary
 from runners.metrics.repeat import Repeat, repeat_row, request_row
 from runners.metrics.stats import percentile
-from runners.schemas import PERCENTILES
+from runners.results.schemas import PERCENTILES
 
 
 @dataclass

@@ -19,7 +19,7 @@ from runners.engines.sse import token_times
 from runners.metrics import summary
 from runners.metrics.repeat import Repeat, repeat_row, request_row
 from runners.metrics.stats import percentile
-from runners.schemas import TTFT_PARTS
+from runners.results.schemas import TTFT_PARTS
 
 
 @dataclass

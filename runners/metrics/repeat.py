@@ -13,7 +13,7 @@ Row = dict[str, Any]
 
 @dataclass
 class Repeat:
-    requests: list[Row]  # runners.schemas DETAIL["requests"] rows
+    requests: list[Row]  # runners.results.schemas DETAIL["requests"] rows
     steps: list[Row]  # DETAIL["steps"] rows
     row: Row  # the DETAIL["repeats"] row
     itl: list[float]  # every gap between two tokens of one request, in ms

@@ -1,4 +1,4 @@
-"""A static batch served by several replicas (runners.replicas), read back as one repeat: every request
+"""A static batch served by several replicas (runners.engines.replicas), read back as one repeat: every request
 keeps its own latencies (so percentiles are over all requests), throughput is the sum of the replicas'
 rates, and the repeat's wall and prefill times are the slowest replica's."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ SUMMED = ("output_tokens", "input_tokens", "output_tokens_per_s", "input_tokens_
 
 
 def batch_repeat(point_index: int, repeat: int, batch: Batch, gen: Generation) -> StaticRepeat:
-    """The repeat of one timed batch, replicated (runners.replicas.combine left the replicas' own
+    """The repeat of one timed batch, replicated (runners.engines.replicas.combine left the replicas' own
     results in `gen.extra`) or not."""
     if "replicas" in gen.extra:
         return replicated_repeat(point_index, repeat, batch, gen.extra["replicas"])

@@ -1,4 +1,4 @@
-"""A point's summary row: only runners.schemas.SUMMARY's columns can be set, so a misspelled key fails
+"""A point's summary row: only runners.results.schemas.SUMMARY's columns can be set, so a misspelled key fails
 where it is written instead of becoming a silent null column. `base` fills the columns every mode
 shares; each mode's metrics module adds its own."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from runners.metrics.outliers import outlier_steps
 from runners.metrics.repeat import Repeat, Row
 from runners.metrics.stats import percentile
-from runners.schemas import PERCENTILES, SUMMARY
+from runners.results.schemas import PERCENTILES, SUMMARY
 
 COLUMNS = frozenset(SUMMARY.names)
 
@@ -25,7 +25,7 @@ class Summary:
     def update(self, **values: Any) -> None:
         unknown = sorted(set(values) - COLUMNS)
         if unknown:
-            raise KeyError(f"not summary columns (runners/schemas.py SUMMARY): {', '.join(unknown)}")
+            raise KeyError(f"not summary columns (runners/results/schemas.py SUMMARY): {', '.join(unknown)}")
         self._values.update(values)
 
     def __getitem__(self, name: str) -> Any:

@@ -6,8 +6,8 @@ import operator
 import statistics
 from typing import Any, NamedTuple
 
-from runners.schemas import UTIL_MEANS
-from runners.telemetry import clock_reason_names
+from runners.results.schemas import UTIL_MEANS
+from runners.telemetry.telemetry import clock_reason_names
 
 Sample = dict[str, Any]
 

@@ -15,18 +15,20 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from runners import cancel, fingerprint, memory
+from runners import cancel
 from runners.engines.base import Engine
+from runners.engines.models import ModelInfo
+from runners.metrics import memory
 from runners.metrics.interval import Interval
 from runners.metrics.repeat import Repeat
 from runners.metrics.summary import Summary, failed
 from runners.metrics.utilisation import Window, tag_samples, utilisation
-from runners.models import ModelInfo
 from runners.modes import draws
-from runners.progress import Progress
-from runners.runfolder import RunWriter
+from runners.results.progress import Progress
+from runners.results.runfolder import RunWriter
 from runners.spec import Point, SweepSpec
-from runners.telemetry import Sampler, rss_bytes
+from runners.telemetry import fingerprint
+from runners.telemetry.telemetry import Sampler, rss_bytes
 
 OOM_ERRORS = (torch.OutOfMemoryError, MemoryError)
 # an OOM some raise as a plain RuntimeError: compilers wrap CUDA's, torch's CPU allocator has its own words

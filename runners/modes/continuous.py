@@ -7,17 +7,17 @@ from typing import Any
 
 import torch
 
-from runners import workload
 from runners.engines.base import Batch, Engine
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
-from runners.metrics.interval import Interval, by_draws
 from runners.metrics.continuous import ContinuousRepeat, continuous_repeat, summarise
+from runners.metrics.interval import Interval, by_draws
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext
 from runners.spec.continuous import ContinuousPoint, longest_request
 from runners.spec.endpoint import EndpointPoint
+from runners.workload import workload
 
 
 def run_point(ctx: PointContext, index: int, point: ContinuousPoint) -> Summary:

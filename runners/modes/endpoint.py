@@ -18,20 +18,23 @@ from urllib.parse import urlsplit
 
 import torch
 
-from runners import contract, devices, fingerprint, models, workload
+from runners.engines import devices, models
 from runners.engines.endpoint import Capabilities, EndpointClient
 from runners.engines.negotiate import negotiate
 from runners.engines.server_command import ServerProcess
-from runners.metrics.interval import Interval, by_draws
 from runners.metrics.endpoint import EndpointRepeat, endpoint_repeat, summarise
+from runners.metrics.interval import Interval, by_draws
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext, Stages
 from runners.modes.continuous import load, load_columns
-from runners.runfolder import RunWriter
+from runners.results import contract
+from runners.results.runfolder import RunWriter
 from runners.spec import SweepSpec
 from runners.spec.endpoint import EndpointPoint, server_argv
-from runners.telemetry import Sampler
+from runners.telemetry import fingerprint
+from runners.telemetry.telemetry import Sampler
+from runners.workload import workload
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 

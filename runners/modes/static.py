@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import time
 
-from runners import workload
 from runners.metrics.interval import Interval, StaticDraw, by_draws, host_draws, static_interval
 from runners.metrics.replicated import batch_repeat
 from runners.metrics.static import StaticRepeat, summarise
@@ -13,6 +12,7 @@ from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext
 from runners.spec.static import StaticPoint
+from runners.workload import workload
 
 
 def run_point(ctx: PointContext, index: int, point: StaticPoint) -> Summary:

@@ -1,8 +1,8 @@
 """Several processes in the spec: `tensor_parallel` and `replicas`, checked torch-free (GPU counts are
-checked in runners.devices once the device is known)."""
+checked in runners.engines.devices once the device is known)."""
 from __future__ import annotations
 
-from runners.quant_layout import QUANT_DTYPES
+from runners.engines.quant_layout import QUANT_DTYPES
 from runners.spec.options import record
 from runners.spec.sweep import SweepSpec, checkpoint_config, config_count
 

@@ -2,7 +2,7 @@
 
 Torch-free on purpose, so the New sweep page flags the same errors next to each field that the runner
 would reject with exit code 2. The per-mode checks and points live beside this module (static,
-continuous, parallel); device checks (can this GPU run bfloat16?) live in `runners.devices`.
+continuous, parallel); device checks (can this GPU run bfloat16?) live in `runners.engines.devices`.
 """
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from runners import distributions
-from runners.presets import PRESETS
-from runners.quant_layout import QUANT_DTYPES
+from runners.engines.presets import PRESETS
+from runners.engines.quant_layout import QUANT_DTYPES
 from runners.spec.options import MAX_BATCH_SIZE, FieldInfo, SpecError, option
 from runners.spec.registry import (DEFAULT_MODE, ENGINES, MODES, is_load_driven, measures_a_server, modes_that,
                                    sweeps_batch_size)
 from runners.spec.slo import MAX_LATENCY_MS, SLO_METRICS
+from runners.workload import distributions
 
 DTYPES = ("float32", "bfloat16", "float16", *QUANT_DTYPES)
 ON_OOM = ("stop", "continue")
@@ -27,7 +27,7 @@ PROMPT_FORMATS = ("auto", "ids", "text")
 # the modes an option applies to
 STATIC, LOADED, SERVED = modes_that(sweeps_batch_size), modes_that(is_load_driven), modes_that(measures_a_server)
 DEFAULT_MAX_BATCH_SIZE = 4096
-MAX_SEED = 2**32 - 1  # torch generators take seed × 1_000_003 + … (runners.workload): 64-bit safe up to here
+MAX_SEED = 2**32 - 1  # torch generators take seed × 1_000_003 + … (runners.workload.workload): 64-bit safe up to here
 MAX_REQUESTS = 100_000  # requests a sweep may draw, warm-up included (check_draws)
 MIN_TELEMETRY_HZ = 20.0  # docs/design.md §2: utilisation is sampled at ≥ 20 Hz
 MAX_RANKS = 64  # processes one sweep may run (tensor-parallel ranks or replicas)

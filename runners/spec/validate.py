@@ -4,14 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runners import distributions
-from runners.presets import PRESETS
-from runners.quant_layout import QUANT_DTYPES, QUANT_ENGINES
+from runners.engines.presets import PRESETS
+from runners.engines.quant_layout import QUANT_DTYPES, QUANT_ENGINES
 from runners.spec import parallel, refine
 from runners.spec.modes import MODE_SPECS, MODES
 from runners.spec.options import SpecError, check_options, copy_given, cut, parse_batch_sizes, record
 from runners.spec.registry import ENGINES
 from runners.spec.sweep import DTYPES, ON_OOM, SweepSpec, model_context, spec_fields
+from runners.workload import distributions
 
 
 def problems(raw: dict[str, Any], model_roots: list[Path] | None = None) -> dict[str, str]:

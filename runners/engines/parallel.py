@@ -1,6 +1,6 @@
 """Several processes for one sweep: rank 0 drives it and writes the run folder, ranks 1..K-1 follow.
 
-Followers are `python -m runners.follower` subprocesses in their own session (a Ctrl-C in the
+Followers are `python -m runners.engines.follower` subprocesses in their own session (a Ctrl-C in the
 terminal reaches the driver only), and each dies with the driver (PR_SET_PDEATHSIG). They meet
 through torch.distributed at MASTER_ADDR=127.0.0.1 on a free port: gloo carries the control channel
 (commands out, replies back); on CUDA a tensor-parallel group runs the model's all-reduces on NCCL.
@@ -29,7 +29,7 @@ from runners.spec.parallel import world_size
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 TIMEOUT = timedelta(minutes=10)  # a collective a rank never joins fails after this instead of hanging
 STOP_WAIT_S = 30.0
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def rank_device(device: torch.device, rank: int) -> torch.device:
@@ -108,7 +108,7 @@ class Team:
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         spec_json = json.dumps(spec.to_dict())
         self.followers = [
-            subprocess.Popen([sys.executable, "-m", "runners.follower", "--rank", str(rank), "--world",
+            subprocess.Popen([sys.executable, "-m", "runners.engines.follower", "--rank", str(rank), "--world",
                               str(self.world), "--port", str(port), "--device", str(device), "--parent",
                               str(os.getpid()), "--spec", spec_json],
                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)

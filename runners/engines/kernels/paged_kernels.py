@@ -1,4 +1,5 @@
-"""Triton kernels of the paged decode attention (runners.paged_attention says what they compute and why).
+"""Triton kernels of the paged decode attention (runners.engines.kernels.paged_attention says what they compute
+and why).
 
 `_partial` runs one program per (row, KV head, span of `split` tokens). It loads the head's whole query
 group as one [BLOCK_G, D] tile (padded to 16 rows for the tensor cores: decode attention is bound by

@@ -1,7 +1,7 @@
 """Which dtypes quantise weights, what each means, and how many bytes the quantised weights take.
 
 Torch-free, so the spec, the New sweep form and `batchscope.analysis.model_facts` share one formula
-with `runners.models.describe()`. Quantised dtypes quantise only the decoder's linear matrices (fused
+with `runners.engines.models.describe()`. Quantised dtypes quantise only the decoder's linear matrices (fused
 QKV, output projection, fused gate/up, down projection) to one byte per element plus one float32 scale
 per output row; embeddings, norms, biases and lm_head stay bfloat16, and so do activations and the
 KV cache.

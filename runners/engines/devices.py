@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from runners import quant
-from runners.models import DTYPES
-from runners.quant_layout import QUANT_DTYPES
+from runners.engines.kernels import quant
+from runners.engines.models import DTYPES
+from runners.engines.quant_layout import QUANT_DTYPES
 from runners.spec import SpecError
 
 FP8_CAPABILITY = (8, 9)  # Ada (L4, L40S) and Hopper (H100, H200): fp8 tensor cores, Triton fp8 casts

@@ -96,7 +96,7 @@ def quant_matmul(x: Tensor, q: Tensor, scale: Tensor, tensor_core_rows: int) -> 
     if kernel == INT8_TENSOR_CORES:
         return _int8_activations(x, q, scale)
     if kernel == TRITON:
-        from runners import quant_kernels  # Triton: CUDA builds of torch ship it; CPU ones need not
+        from runners.engines.kernels import quant_kernels  # Triton: CUDA builds of torch ship it; CPU ones need not
         return quant_kernels.w8_matmul(x.contiguous(), q, scale)
     return (F.linear(x, q.to(x.dtype)) * scale).to(x.dtype)
 
@@ -124,7 +124,7 @@ def _int8_activations(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     xq, x_scale = quantize_rows(x, torch.int8)
     acc = torch._int_mm(xq, q.t())
     if x.is_cuda:
-        from runners import quant_kernels
+        from runners.engines.kernels import quant_kernels
         return quant_kernels.scale_int32(acc, x_scale, scale, x.dtype)
     return (acc.float() * x_scale * scale).to(x.dtype)
 
@@ -134,7 +134,7 @@ def quantize_rows(x: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     Triton kernel; on CPU the same arithmetic in torch ops."""
     qmax = FP8_MAX if dtype == FP8 else INT8_MAX
     if x.is_cuda:
-        from runners import quant_kernels
+        from runners.engines.kernels import quant_kernels
         return quant_kernels.quantize_rows(x.contiguous(), dtype, qmax, TINY)
     x_scale = x.abs().amax(dim=-1, keepdim=True).float().clamp(min=TINY) / qmax
     scaled = (x.float() / x_scale).clamp(-qmax, qmax)

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 import transformers
 
-from runners.calibrate import device_name, driver_version
-from runners.telemetry import pynvml
+from runners.telemetry.calibrate import device_name, driver_version
+from runners.telemetry.telemetry import pynvml
 
 
 def total_ram() -> int:

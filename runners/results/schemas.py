@@ -60,7 +60,7 @@ SUMMARY = pa.schema(
     + ENDPOINT_SUMMARY
 )
 
-# quant_error.parquet, one per quantised run (runners/quant_error.py, docs/quantisation.md): each decoder
+# quant_error.parquet, one per quantised run (runners/engines/quant_error.py, docs/quantisation.md): each decoder
 # matrix product's relative error against bfloat16 per kernel path
 QUANT_ERROR = pa.schema([("rows", I), ("kernel", S), ("layer", I), ("matrix", S), ("rel_error", F)])
 

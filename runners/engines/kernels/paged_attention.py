@@ -49,7 +49,7 @@ def paged_decode_attention(q: Tensor, k_pool: Tensor, v_pool: Tensor, table: Ten
                            block_size: int) -> Tensor:
     """Attention of one new query per row over the row's paged cache (see the module docstring)."""
     if q.is_cuda:
-        from runners import paged_kernels  # Triton: CUDA builds of torch ship it; CPU ones need not
+        from runners.engines.kernels import paged_kernels  # Triton: CUDA builds of torch ship it; CPU ones need not
         return paged_kernels.decode(q, k_pool, v_pool, table, lens, block_size)
     return reference(q, k_pool, v_pool, table, lens, block_size)
 

@@ -3,7 +3,7 @@
 One model, `POST /v1/completions` and `POST /v1/chat/completions` (streamed or not) and `GET /v1/models`,
 so the `endpoint` engine has a real server to measure on any machine, and a served sweep can be set beside
 an in-process one of the same engine. Prompts are token ids (a list of ints) or text: a checkpoint's
-tokenizer, else whitespace-separated ids and the workload's words (runners.serve_body says exactly what a
+tokenizer, else whitespace-separated ids and the workload's words (runners.serving.serve_body says exactly what a
 body may hold; anything else, or a field of the wrong type, is a 400 naming the field). Outputs are greedy
 and forced to `max_tokens` (no early end), as in every BatchScope sweep. A preset has no tokenizer, so a
 streamed token's text is its id (" 1234").
@@ -32,12 +32,12 @@ from typing import Any, TextIO
 
 from aiohttp import web
 
-from runners import devices, models
+from runners.engines import devices, models
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.engines.live import LiveEngine
-from runners.scheduler import Request
-from runners.serve_body import BadRequest, parse
+from runners.engines.scheduler import Request
+from runners.serving.serve_body import BadRequest, parse
 from runners.spec import model_context
 
 STOP = object()  # the end of a request's tokens on its queue

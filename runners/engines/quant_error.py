@@ -9,7 +9,7 @@ fp8 ≈ 2–4 %).
 How: while the bfloat16 model runs the accuracy check's prefill (before quantising), `ProductRecorder`
 keeps the input of each decoder matrix product and bfloat16's product. After quantising and warming the
 kernels, each input goes through the quantised matrix by every kernel path the run's steps can take
-(`runners.quant.linear`, the op the engine calls, split into products of that path's row count), and
+(`runners.engines.kernels.quant.linear`, the op the engine calls, split into products of that path's row count), and
 
     error = ‖y_quantised − y_bfloat16‖ / ‖y_bfloat16‖     (Frobenius, over every recorded token)
 
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from runners.quant import QuantWeight, kernel_for, linear
+from runners.engines.kernels.quant import QuantWeight, kernel_for, linear
 
 LAYER_ERRORS = "quant_layer_errors"  # the engine facts' key of the per-product rows; the sweep writes them to
                                      # quant_error.parquet, not into model.json
@@ -88,7 +88,7 @@ def product_error(product: Product, weight: QuantWeight, rows: int) -> float:
 def layer_errors(products: list[Product], weight_of: dict[tuple[int, str], QuantWeight],
                  paths: list[int]) -> list[dict[str, Any]]:
     """One row per kernel path (its row count) and product: the quant_error.parquet rows
-    (runners/schemas.py QUANT_ERROR)."""
+    (runners/results/schemas.py QUANT_ERROR)."""
     found = []
     for rows in paths:
         for p in products:

@@ -1,4 +1,4 @@
-"""The runner's side of the run folder (runners.contract): status with a heartbeat, the log, and each
+"""The runner's side of the run folder (runners.results.contract): status with a heartbeat, the log, and each
 point's files, every one written atomically."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from runners import contract, schemas
+from runners.results import contract, schemas
 
 HEARTBEAT_S = 2.0
 
@@ -21,7 +21,7 @@ def write_parquet(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> 
     list still writes a file with the schema."""
     unknown = sorted({key for row in rows for key in row} - set(schema.names))
     if unknown:
-        raise KeyError(f"{path.name}: columns not in its schema (runners/schemas.py): {', '.join(unknown)}")
+        raise KeyError(f"{path.name}: columns not in its schema (runners/results/schemas.py): {', '.join(unknown)}")
     table = pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
     contract.write_atomic(path, lambda handle: pq.write_table(table, handle, compression="zstd"))
 

@@ -6,7 +6,7 @@ asked for (`logprobs`, `stop`, `temperature: "hot"`). Pure Python, so the rules 
 
 Text on a model without a tokenizer (every preset): the prompt, or each chat message's content, is split
 on whitespace and each piece is one token: a decimal number is that token id, a word of
-runners.workload.TEXT_WORDS (the words the endpoint engine draws text prompts from) is its index there.
+runners.workload.workload.TEXT_WORDS (the words the endpoint engine draws text prompts from) is its index there.
 The chat prompt is the messages' tokens in order, no template added (the preset has none); a checkpoint
 with a tokenizer applies its own chat template.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runners.workload import TEXT_WORDS
+from runners.workload.workload import TEXT_WORDS
 
 WORD_IDS = {word: i for i, word in enumerate(TEXT_WORDS)}
 ROLES = ("system", "user", "assistant")

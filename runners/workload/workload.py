@@ -54,5 +54,5 @@ def text_prompt(ids: list[int]) -> str:
 
 
 def arrival_seed(spec: SweepSpec, repeat: int) -> int:
-    """Seeds a repeat's Poisson arrival times (runners.scheduler.Arrivals)."""
+    """Seeds a repeat's Poisson arrival times (runners.engines.scheduler.Arrivals)."""
     return spec.seed * 7919 + repeat

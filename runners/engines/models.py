@@ -9,8 +9,8 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from runners.presets import PRESETS
-from runners.quant_layout import QUANT_DTYPES, decoder_matrices, quantized_weight_bytes
+from runners.engines.presets import PRESETS
+from runners.engines.quant_layout import QUANT_DTYPES, decoder_matrices, quantized_weight_bytes
 from runners.spec import SpecError
 
 DTYPES: dict[str, torch.dtype] = {
@@ -47,7 +47,7 @@ class ModelInfo:
     quant_token_agreement: float | None = None
     quant_accuracy: list[dict] | None = None
     quant_tiles: dict[str, list[int]] | None = None  # the Triton tile setup chose per matrix on this GPU
-    # each decoder matrix product's own relative error against bfloat16 (runners.quant_error): the largest
+    # each decoder matrix product's own relative error against bfloat16 (runners.engines.quant_error): the largest
     # kernel path's median and the worst product; every product is in quant_error.parquet
     quant_layer_error_median: float | None = None
     quant_layer_error_max: float | None = None

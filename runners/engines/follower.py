@@ -1,4 +1,5 @@
-"""`python -m runners.follower`: ranks 1..K-1 of a multi-process sweep (started by runners.parallel.Team).
+"""`python -m runners.engines.follower`: ranks 1..K-1 of a multi-process sweep
+(started by runners.engines.parallel.Team).
 
 A follower loads the same model on its device, builds its engine and runs rank 0's commands. It
 never writes a file: results go back to rank 0 over the control channel.
@@ -11,13 +12,13 @@ import json
 import torch
 import torch.distributed as dist
 
-from runners import models, parallel
+from runners.engines import models, parallel
 from runners.engines.group import local_engine, serve
 from runners.spec import validate
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runners.follower", allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="python -m runners.engines.follower", allow_abbrev=False)
     for name in ("rank", "world", "port", "parent"):
         parser.add_argument(f"--{name}", type=int, required=True)
     parser.add_argument("--device", required=True, help="the sweep's device (rank 0's)")
