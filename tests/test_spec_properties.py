@@ -182,7 +182,7 @@ def test_every_option_answers_any_hostile_value_in_one_short_line_within_a_secon
     declared = SPEC_FIELD[name]
     numeric = declared.type in NUMERIC
     meta = declared.metadata
-    allowed_zero = declared.type == "int" and meta.get("least") == 0
+    allowed_zero = meta.get("least") == 0 and meta.get("above") is None  # e.g. replays, target_interval (0: off)
     must_refuse = (kind in ("huge", "negative", "fractional", "very long")
                    or (kind == "wrong type" and not (declared.type == "bool" and isinstance(value, bool)))
                    or (kind == "zero" and not allowed_zero) or (kind == "digits as text" and numeric))
