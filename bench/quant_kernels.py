@@ -5,7 +5,10 @@
 Times, per row count, each layer's four products (fused QKV, o_proj, fused gate/up, down) through:
 bf16 `F.linear`; the Triton kernel (`runners.engines.kernels.quant_kernels`) on fp8 and on int8 weights; and
 `torch._scaled_mm` with per-token fp8 activations (quantisation included, as the engine runs it) and
-without (the GEMM alone). The Triton kernel also runs with the other dot dtype (fp8 in bfloat16, int8
+without (the GEMM alone); per-token int8 activations through `torch._int_mm` and through the Triton int8
+GEMM (`int8_gemm`); and `quant.linear`, the op the engine runs ("engine fp8/int8": the kernel the row
+count calls for), per matrix as well. Before timing, the engine's setup choices are made on these weights
+(streaming tiles, split-K included, and the int8 GEMM's tiles per row bucket) and printed. The Triton kernel also runs with the other dot dtype (fp8 in bfloat16, int8
 in float16) to show why each dtype multiplies in the one it does. Each variant is one CUDA graph over LAYERS distinct copies of the
 weights (more bytes than L2 holds, as in a decode step), replayed REPLAYS times; the median replay
 divided by LAYERS is one layer's time. Also each variant's relative error against the float32
@@ -29,7 +32,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runners.engines import models  # noqa: E402
-from runners.engines.kernels import quant, quant_kernels
+from runners.engines.kernels import int8_gemm, quant, quant_kernels
 from runners.engines.kernels.quant_kernels import TileConfig  # noqa: E402
 
 LAYERS, REPLAYS = 6, 15
@@ -76,6 +79,7 @@ def main() -> None:
     bf16 = [{n: torch.randn(o, i, device=dev, generator=gen, dtype=torch.bfloat16) * 0.02 for n, (o, i) in shapes.items()}
             for _ in range(LAYERS)]
     weights = {d: [{n: quant.quantize(w, d) for n, w in layer.items()} for layer in bf16] for d in ("fp8", "int8")}
+    chosen = choose_as_setup_does(weights, shapes)
     variants: dict[str, tuple[str, Callable]] = {
         "bf16": ("bf16", lambda x, w: F.linear(x, w)),
         "triton fp8": ("fp8", lambda x, w: quant_kernels.w8_matmul(x, w.q, w.scale)),
@@ -84,15 +88,21 @@ def main() -> None:
         "triton int8 f16-dot": ("int8", lambda x, w: quant_kernels.w8_matmul(x, w.q, w.scale, dot_f16=True)),
         "scaled_mm fp8": ("fp8", lambda x, w: quant._fp8_activations(x, w.q, w.scale)),
         "scaled_mm gemm only": ("fp8", gemm_only),
-        "int_mm int8": ("int8", lambda x, w: quant._int8_activations(x, w.q, w.scale)),
+        "int_mm int8": ("int8", lambda x, w: quant.int8_product(*quant.quantize_rows(x, torch.int8), w.q, w.scale,
+                                                                x.dtype)),
+        "triton int8 gemm": ("int8", lambda x, w: quant.int8_product(
+            *quant.quantize_rows(x, torch.int8), w.q, w.scale, x.dtype,
+            int8_gemm.config_for(x.shape[0], *w.q.shape) or int8_gemm.CANDIDATES[1])),
+        "engine fp8": ("fp8", lambda x, w: quant.linear(x, w)),  # the op the engine runs: kernel by row count
+        "engine int8": ("int8", lambda x, w: quant.linear(x, w)),
     }
     results: list[dict] = []
     for rows in [int(r) for r in args.rows.split(",")]:
         xs = {n: torch.randn(rows, i, device=dev, dtype=torch.bfloat16) for n, (_, i) in shapes.items()}
         row: dict = {"rows": rows}
         for name, (dtype, fn) in variants.items():
-            if name.startswith("int_mm") and rows <= quant.TENSOR_CORE_ROWS:
-                continue  # torch._int_mm takes more than 16 rows only
+            if name in ("int_mm int8", "triton int8 gemm") and rows <= quant.TENSOR_CORE_ROWS:
+                continue  # torch._int_mm takes more than 16 rows only; the engine streams weights there
             layers = bf16 if dtype == "bf16" else weights[dtype]
             row[name] = graph_ms(lambda: [fn(xs[n], layer[n]) for layer in layers for n in shapes]) / LAYERS
             if dtype != "bf16":
@@ -101,6 +111,9 @@ def main() -> None:
                     ref = xs[n].float() @ quant.dequantize(layers[0][n]).T
                     errs[n] = float((fn(xs[n], layers[0][n]).float() - ref).norm() / ref.norm())
                 row[f"{name} err"] = errs
+            if name.startswith("engine") or name == "bf16":
+                row[f"{name} per matrix"] = {n: graph_ms(lambda: [fn(xs[n], layer[n]) for layer in layers]) / LAYERS
+                                             for n in shapes}
         head = torch.randn(models.model_config(args.model).vocab_size, next(iter(shapes.values()))[1], device=dev,
                            dtype=torch.bfloat16)
         row["lm_head bf16"] = graph_ms(lambda: F.linear(xs["wqkv"], head))  # every dtype keeps it bfloat16
@@ -112,14 +125,30 @@ def main() -> None:
                          + [f"{k} {row[k] / row['bf16']:.2f}x" for k in variants if k != "bf16" and k in row]), flush=True)
         print("   errors:", {k: {n: round(e, 4) for n, e in v.items()} for k, v in row.items() if k.endswith("err")},
               flush=True)
+        print("   per matrix ms:", {k: {n: round(t, 4) for n, t in v.items()} for k, v in row.items()
+                                    if k.endswith("per matrix")}, flush=True)
         if "tune" in row:
             for d, per in row["tune"].items():
                 print(f"   best {d}:", {n: per[n][:2] for n in per}, flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "triton": __import__("triton").__version__, "model": args.model, "shapes": shapes, "default":
-            list(quant_kernels.DEFAULT), "candidates": [list(c) for c in quant_kernels.CANDIDATES]}
+            list(quant_kernels.DEFAULT), "candidates": [list(c) for c in quant_kernels.CANDIDATES], "chosen": chosen}
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+
+
+def choose_as_setup_does(weights: dict, shapes: dict) -> dict:
+    """The engine's setup choices on these weights: each matrix's streaming tile (fp8 and int8) and the int8
+    GEMM's tiles per row bucket (None: `_int_mm`), so the variants below run what a sweep would."""
+    chosen: dict = {}
+    for dtype, layers in weights.items():
+        for n in shapes:
+            pairs = [(layer[n].q, layer[n].scale) for layer in layers]
+            chosen[f"{dtype} {n} stream"] = list(quant_kernels.choose(pairs, torch.bfloat16))
+            if dtype == "int8":
+                chosen[f"int8 {n} gemm"] = [c and list(c) for c in int8_gemm.choose(pairs, torch.bfloat16)]
+    print("   chosen:", chosen, flush=True)
+    return chosen
 
 
 def precompile(xs: dict, weights: dict, shapes: dict) -> None:

@@ -42,13 +42,15 @@ def planned_range(run: Path) -> str:
 
 
 def timing(run: Path) -> tuple[float, float]:
-    """(model load s, measuring s): start → the log's `model` line, that line → the run's end."""
+    """(model load s, measuring s): start → the log's `model` line, that line → the run's end, or → the last
+    point that ended where the run was cut short (its unfinished point not counted, nor in the point count)."""
     status = json.loads((run / "status.json").read_text())
-    stamp = lambda text: datetime.fromisoformat(text)
-    loaded = next(stamp(line.split(" ", 1)[0]) for line in (run / "log.txt").read_text().splitlines()
-                  if line.split(" ", 1)[1].startswith("model "))
-    return ((loaded - stamp(status["started_at"])).total_seconds(),
-            (stamp(status["finished_at"]) - loaded).total_seconds())
+    stamped = [(datetime.fromisoformat(stamp), text) for stamp, text in
+               (line.split(" ", 1) for line in (run / "log.txt").read_text().splitlines())]
+    loaded = next(at for at, text in stamped if text.startswith("model "))
+    ended = (datetime.fromisoformat(status["finished_at"]) if status["finished_at"]
+             else max(at for at, text in stamped if text.startswith("point ")))
+    return (loaded - datetime.fromisoformat(status["started_at"])).total_seconds(), (ended - loaded).total_seconds()
 
 
 def table(out: Path, target: SLO) -> str:

@@ -6,7 +6,6 @@ import random
 import pytest
 import torch
 
-from runners.engines.base import Batch
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.engines.kernels import paged_attention, paged_kernels
@@ -15,10 +14,25 @@ from tests.test_fast_engine import GPU_SHAPE, small_model
 pytestmark = pytest.mark.gpu
 
 
-def agreement(static: FastEngine, prompts: list[list[int]], outputs: list[int], tokens: dict[int, list[int]]) -> float:
-    """Share of the served greedy tokens that equal the static engine's for the same prompts, position by position."""
-    want = [static.generate(Batch([p], [o])).tokens[0][:o] for p, o in zip(prompts, outputs)]
-    return sum(a == b for i, w in enumerate(want) for a, b in zip(tokens[i], w)) / sum(outputs)
+@torch.no_grad()
+def share_in_reference_top2(model: torch.nn.Module, prompts: list[list[int]], tokens: dict[int, list[int]]) -> float:
+    """Share of the served greedy tokens that HF's forward, fed the same prompt and the served tokens before each
+    (teacher forcing), ranks first or second.
+
+    Why not position-by-position equality with another engine: on random weights the logits are nearly flat, so
+    one bf16 near-tie flip early in a request changes every later token (the light-load run measured 84 % equal
+    on an H200 while every kernel was right). A wrong kernel (a missed block, a stale row) puts its tokens
+    anywhere in the vocabulary, far below the top two.
+    """
+    ranked = total = 0
+    for i, prompt in enumerate(prompts):
+        ids = torch.tensor([prompt + tokens[i]], device=model.device)
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+        top2 = logits.topk(2, dim=-1).indices
+        served = torch.tensor(tokens[i], device=model.device).view(-1, 1)
+        ranked += int((top2 == served).any(dim=-1).sum())
+        total += len(tokens[i])
+    return ranked / total
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -55,7 +69,7 @@ def test_paged_engine_preempts_on_a_small_pool_without_recompiling_and_keeps_the
         result = served.run(prompts, outputs, {"concurrency": 8, "seed": 0}, 256, record_tokens=True)
     assert result.preemptions > 0
     assert all(len(result.tokens[i]) == o for i, o in enumerate(outputs))
-    assert agreement(static, prompts, outputs, result.tokens) >= 0.9  # bf16 kernels of other shapes round differently
+    assert share_in_reference_top2(loaded.model, prompts, result.tokens) >= 0.98
 
 
 def test_the_pool_fills_the_memory_share_it_is_given() -> None:
@@ -70,7 +84,7 @@ def test_the_pool_fills_the_memory_share_it_is_given() -> None:
     assert 1.9 < sizes[0.6] / sizes[0.3] < 2.6
 
 
-def test_light_load_prefills_from_the_lone_graph_with_the_static_engines_tokens() -> None:
+def test_light_load_prefills_from_the_lone_graph_and_hf_ranks_its_tokens_top2() -> None:
     loaded = small_model("llama3-rope-tied", torch.bfloat16, "cuda", std=0.02, **GPU_SHAPE)
     static = FastEngine(loaded)
     rng = random.Random(2)
@@ -81,4 +95,4 @@ def test_light_load_prefills_from_the_lone_graph_with_the_static_engines_tokens(
     assert served.lone is not None
     with torch.compiler.set_stance("fail_on_recompile"):
         result = served.run(prompts, outputs, {"concurrency": 1, "seed": 0}, 512, record_tokens=True)
-    assert agreement(static, prompts, outputs, result.tokens) >= 0.9
+    assert share_in_reference_top2(loaded.model, prompts, result.tokens) >= 0.98

@@ -36,7 +36,7 @@ def test_int8_product_error_by_hand(rows: int, kernel: str) -> None:
     w = torch.zeros(8, 8)
     w[:, 0], w[:, 1] = 127.0, 63.6
     qw = quant.quantize(w, "int8")
-    assert quant.kernel_for(rows, qw.tensor_core_rows, False, qw.q.dtype) == kernel
+    assert quant.kernel_for(rows, qw.tensor_core_rows, False, qw.q) == kernel
     assert product_error(one_hot_product(w, 6), qw, rows) == pytest.approx(0.4 / 63.6, rel=1e-5)
 
 

@@ -58,6 +58,28 @@ def test_triton_kernel_matches_dequantised_reference(dtype: str, rows: int) -> N
         assert float((out.float() - ref).norm() / ref.norm()) < 0.005  # bfloat16 output rounding only
 
 
+@pytest.mark.parametrize("rows", [17, 300, 2049])
+def test_triton_int8_gemm_gives_int_mms_product_and_setup_keeps_one_path_per_row_bucket(rows: int) -> None:
+    from runners.engines.kernels import int8_gemm
+    w = torch.randn(4096, 1024, device="cuda") * 0.02
+    x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16)
+    qw = quant.quantize(w, "int8")
+    xq, x_scale = quant.quantize_rows(x, torch.int8)
+    want = quant.int8_product(xq, x_scale, qw.q, qw.scale, torch.bfloat16)  # _int_mm: exact int32 sums
+    for config in int8_gemm.CANDIDATES:  # the same sums and scales: at most bfloat16's last bit apart
+        torch.testing.assert_close(int8_gemm.matmul(xq, x_scale, qw.q, qw.scale, torch.bfloat16, config), want,
+                                   rtol=8e-3, atol=0)
+    picks = int8_gemm.choose([(qw.q, qw.scale)] * 2, torch.bfloat16)
+    try:
+        assert len(picks) == len(int8_gemm.ROW_BUCKETS) and all(p is None or p in int8_gemm.CANDIDATES for p in picks)
+        bucket = max(i for i, b in enumerate(int8_gemm.ROW_BUCKETS) if b <= rows or i == 0)
+        assert int8_gemm.config_for(rows, 4096, 1024) == picks[bucket]
+        ref = x.float() @ quant.dequantize(qw).T
+        assert float((quant.linear(x, qw).float() - ref).norm() / ref.norm()) < 0.02  # per-token int8 activations
+    finally:
+        int8_gemm.CHOSEN.pop((4096, 1024))
+
+
 def test_fp8_row_quantisation_kernel_equals_the_torch_ops() -> None:
     if not fp8_gpu():
         pytest.skip("needs compute capability ≥ 8.9")
@@ -78,7 +100,7 @@ def test_scaled_mm_path_matches_dequantised_reference(rows: int) -> None:
     x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16)
     qw = quant.quantize(w, "fp8-dynamic")
     ref = x.float() @ quant.dequantize(qw).T
-    assert quant.kernel_for(rows, qw.tensor_core_rows, True, qw.q.dtype) == quant.FP8_TENSOR_CORES
+    assert quant.kernel_for(rows, qw.tensor_core_rows, True, qw.q) == quant.FP8_TENSOR_CORES
     for fn in (quant.linear, torch.compile(quant.linear, dynamic=True)):
         out = fn(x, qw)
         assert out.dtype == torch.bfloat16

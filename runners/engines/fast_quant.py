@@ -110,8 +110,7 @@ def accuracy(decoder: FastDecoder, reference: Reference, rows: int, step_runner:
         agree.append(logits.argmax(dim=-1) == ref_tokens[:, k + 1])
     cosine, agreed = torch.stack(cosines), torch.stack(agree)
     weight = decoder.layers[0].wqkv
-    return {"rows": rows, "kernel": kernel_for(rows, weight.tensor_core_rows, decoder.device.type == "cuda",
-                                           weight.q.dtype),
+    return {"rows": rows, "kernel": kernel_for(rows, weight.tensor_core_rows, decoder.device.type == "cuda", weight.q),
             "logits_cosine": float(cosine.mean()), "logits_cosine_min": float(cosine.min()),
             "token_agreement": float(agreed.float().mean())}
 
@@ -147,18 +146,23 @@ def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: 
 
 
 def warm_kernels(decoder: FastDecoder) -> dict[str, list[int]]:
-    """Choose each matrix's Triton tile on this GPU, then run every matrix once on each side of the
-    tensor-core switch, so every kernel compiles (and cuBLAS picks its one-byte algorithm) in setup,
-    never inside a measured step. Returns the chosen tiles (model.json's quant_tiles)."""
+    """Choose each matrix's Triton tile on this GPU (and, for int8, the tensor-core kernel per row bucket),
+    then run every matrix once on each side of the tensor-core switch, so every kernel compiles (and cuBLAS
+    picks its one-byte algorithm) in setup, never inside a measured step. Returns the chosen tiles
+    (model.json's quant_tiles: the streaming tile, and under NAME int8 the GEMM tiles per bucket, null for
+    `_int_mm`)."""
     if decoder.device.type != "cuda":
         return {}
-    from runners.engines.kernels import quant_kernels
-    tiles: dict[str, list[int]] = {}
+    from runners.engines.kernels import int8_gemm, quant_kernels
+    tiles: dict[str, list] = {}
     for name in MATRICES:
         weights = [getattr(layer, name) for layer in decoder.layers]
         w = weights[0]
+        pairs = [(m.q, m.scale) for m in weights]
         if w.tensor_core_rows > 0:
-            tiles[name] = list(quant_kernels.choose([(m.q, m.scale) for m in weights], decoder.dtype))
+            tiles[name] = list(quant_kernels.choose(pairs, decoder.dtype))
+        if w.q.dtype == torch.int8:
+            tiles[f"{name} int8"] = [c and list(c) for c in int8_gemm.choose(pairs, decoder.dtype)]
         for rows in {1, w.tensor_core_rows + 1}:
             linear(torch.zeros(rows, w.q.shape[1], dtype=decoder.dtype, device=decoder.device), w)
     torch.cuda.synchronize(decoder.device)

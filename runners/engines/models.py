@@ -46,7 +46,7 @@ class ModelInfo:
     quant_logits_cosine: float | None = None
     quant_token_agreement: float | None = None
     quant_accuracy: list[dict] | None = None
-    quant_tiles: dict[str, list[int]] | None = None  # the Triton tile setup chose per matrix on this GPU
+    quant_tiles: dict[str, list] | None = None  # the Triton tiles setup chose per matrix on this GPU
     # each decoder matrix product's own relative error against bfloat16 (runners.engines.quant_error): the largest
     # kernel path's median and the worst product; every product is in quant_error.parquet
     quant_layer_error_median: float | None = None

@@ -93,7 +93,7 @@ def layer_errors(products: list[Product], weight_of: dict[tuple[int, str], Quant
     for rows in paths:
         for p in products:
             w = weight_of[(p.layer, p.matrix)]
-            found.append({"rows": rows, "kernel": kernel_for(rows, w.tensor_core_rows, p.x.is_cuda, w.q.dtype),
+            found.append({"rows": rows, "kernel": kernel_for(rows, w.tensor_core_rows, p.x.is_cuda, w.q),
                           "layer": p.layer, "matrix": p.matrix, "rel_error": product_error(p, w, rows)})
     return found
 

@@ -10,8 +10,9 @@ and the kernel is chosen by the row count at run time without a recompile:
   one-byte weights and keeps activations bfloat16 (weight-only; the small-batch, memory-bound case);
 - above that: each activation row is scaled by its own amax to the weights' format and the product
   runs on one-byte tensor cores: fp8 through `torch._scaled_mm` (scale_a [M, 1] per token, scale_b
-  [1, N] per channel, float32), int8 through `torch._int_mm` and a scale epilogue. fp8 and int8 switch
-  above TENSOR_CORE_ROWS, fp8-dynamic at every row count;
+  [1, N] per channel, float32), int8 through our Triton int8 GEMM (`int8_gemm`, scales in its store) or
+  `torch._int_mm` and a scale epilogue, whichever setup measured faster at that row count. fp8 and int8
+  switch above TENSOR_CORE_ROWS, fp8-dynamic at every row count;
 - on CPU up to the switch: dequantise, then F.linear — correct, not faster.
 """
 from __future__ import annotations
@@ -78,23 +79,33 @@ def linear(x: Tensor, w: Tensor | QuantWeight, bias: Tensor | None = None) -> Te
 
 TRITON, DEQUANTISE = "triton w8a16", "dequantise + F.linear"
 FP8_TENSOR_CORES, INT8_TENSOR_CORES = "scaled_mm fp8 activations", "int_mm int8 activations"
+TRITON_INT8_TENSOR_CORES = "triton int8 activations"
 
 
-def kernel_for(rows: int, tensor_core_rows: int, on_cuda: bool, weight_dtype: torch.dtype) -> str:
+def kernel_for(rows: int, tensor_core_rows: int, on_cuda: bool, weight: Tensor) -> str:
     """Which kernel an M-row product with this weight runs (named in model.json's accuracy checks)."""
     if rows > tensor_core_rows:
-        return FP8_TENSOR_CORES if weight_dtype == FP8 else INT8_TENSOR_CORES
+        if weight.dtype == FP8:
+            return FP8_TENSOR_CORES
+        return TRITON_INT8_TENSOR_CORES if on_cuda and _int8_config(rows, weight) else INT8_TENSOR_CORES
     return TRITON if on_cuda else DEQUANTISE
+
+
+def _int8_config(rows: int, q: Tensor):
+    """Setup's choice of the Triton int8 GEMM's tiles for this product, None for `_int_mm` (CUDA only)."""
+    from runners.engines.kernels import int8_gemm  # Triton: CUDA builds of torch ship it; CPU ones need not
+    return int8_gemm.config_for(rows, *q.shape)
 
 
 @torch.library.custom_op("batchscope::quant_matmul", mutates_args=())
 def quant_matmul(x: Tensor, q: Tensor, scale: Tensor, tensor_core_rows: int) -> Tensor:
     """x [M, K] @ (q [N, K] × scale [N])ᵀ in x's dtype, by the kernel the row count calls for."""
-    kernel = kernel_for(x.shape[0], tensor_core_rows, x.is_cuda, q.dtype)
+    kernel = kernel_for(x.shape[0], tensor_core_rows, x.is_cuda, q)
     if kernel == FP8_TENSOR_CORES:
         return _fp8_activations(x, q, scale)
-    if kernel == INT8_TENSOR_CORES:
-        return _int8_activations(x, q, scale)
+    if kernel in (INT8_TENSOR_CORES, TRITON_INT8_TENSOR_CORES):
+        xq, x_scale = quantize_rows(x, torch.int8)
+        return int8_product(xq, x_scale, q, scale, x.dtype, _int8_config(x.shape[0], q) if x.is_cuda else None)
     if kernel == TRITON:
         from runners.engines.kernels import quant_kernels  # Triton: CUDA builds of torch ship it; CPU ones need not
         return quant_kernels.w8_matmul(x.contiguous(), q, scale)
@@ -118,15 +129,18 @@ def _fp8_activations(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
                             use_fast_accum=FAST_ACCUMULATION)
 
 
-def _int8_activations(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
-    """Per-token int8 activations × per-channel int8 weights on int8 tensor cores (`torch._int_mm`:
-    more than 16 rows, sizes divisible by 8; int32 out), then both scales in one epilogue."""
-    xq, x_scale = quantize_rows(x, torch.int8)
+def int8_product(xq: Tensor, x_scale: Tensor, q: Tensor, scale: Tensor, dtype: torch.dtype, config=None) -> Tensor:
+    """Per-token int8 activations (xq, x_scale [M, 1]) × per-channel int8 weights on int8 tensor cores, in
+    `dtype`: the Triton GEMM with `config` (an `int8_gemm.GemmConfig`), else `torch._int_mm` (more than 16
+    rows, sizes divisible by 8; int32 out) and both scales in one epilogue."""
+    if config is not None:
+        from runners.engines.kernels import int8_gemm
+        return int8_gemm.matmul(xq, x_scale, q, scale, dtype, config)
     acc = torch._int_mm(xq, q.t())
-    if x.is_cuda:
+    if xq.is_cuda:
         from runners.engines.kernels import quant_kernels
-        return quant_kernels.scale_int32(acc, x_scale, scale, x.dtype)
-    return (acc.float() * x_scale * scale).to(x.dtype)
+        return quant_kernels.scale_int32(acc, x_scale, scale, dtype)
+    return (acc.float() * x_scale * scale).to(dtype)
 
 
 def quantize_rows(x: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

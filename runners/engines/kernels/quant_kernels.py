@@ -36,6 +36,7 @@ class TileConfig(NamedTuple):
     block_k: int
     num_warps: int
     num_stages: int
+    split_k: int = 1  # K cut into this many ranges, one program each; the last to finish a tile sums them
 
 
 # The engine runs this kernel up to quant.TENSOR_CORE_ROWS rows (one-byte tensor cores take over above),
@@ -44,14 +45,19 @@ class TileConfig(NamedTuple):
 # CANDIDATES on the model's own weights (`choose`) and keeps the fastest per shape in CHOSEN.
 DEFAULT = TileConfig(16, 32, 256, 4, 4)
 # the fastest per 8B matrix in a 36-tile search on the H200 (docs/quantisation.md), and DEFAULT
+# and split-K ones: a 4096-wide matrix in 32-column blocks is 128 programs, one a multiprocessor, too few
+# loads in flight to reach the copy rate (int8 measured 2.6 TB/s of 4.3 on the 8B layer); split in K,
+# each program streams a K range and the last of a tile's programs adds the ranges' partial sums.
 CANDIDATES = (DEFAULT, TileConfig(16, 64, 512, 4, 3), TileConfig(16, 32, 1024, 4, 3), TileConfig(16, 64, 256, 4, 3),
               TileConfig(16, 32, 256, 4, 5), TileConfig(16, 32, 256, 4, 3), TileConfig(16, 64, 256, 4, 4),
-              TileConfig(16, 16, 256, 4, 4))
+              TileConfig(16, 16, 256, 4, 4), TileConfig(16, 32, 256, 4, 4, 2), TileConfig(16, 32, 256, 4, 4, 4),
+              TileConfig(16, 64, 256, 4, 4, 4), TileConfig(16, 32, 512, 4, 3, 4), TileConfig(16, 64, 512, 4, 3, 8))
 CHOSEN: dict[tuple[int, int, torch.dtype], TileConfig] = {}
 TIMED_REPLAYS = 3
+_ARRIVALS: dict[tuple[torch.device, int], Tensor] = {}  # per device and tile count: the split-K counters
 
 
-def _on(device: torch.device) -> contextlib.AbstractContextManager:
+def on_device(device: torch.device) -> contextlib.AbstractContextManager:
     """Triton launches on the current CUDA device, which need not be the tensors' (a sweep on cuda:1);
     the CPU interpreter has none."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
@@ -89,8 +95,8 @@ def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> TileCo
     matrix: more bytes than L2 holds, as in a decode step), each candidate as one CUDA graph, its best
     of TIMED_REPLAYS replays; keep and return the fastest. Runs in setup, compiles included."""
     q0 = weights[0][0]
-    with _on(q0.device):
-        x = torch.zeros(1, q0.shape[1], dtype=x_dtype, device=q0.device)
+    with on_device(q0.device):
+        x = torch.randn(1, q0.shape[1], dtype=x_dtype, device=q0.device)
         best: tuple[float, TileConfig] | None = None
         for config in CANDIDATES:
             fastest = min(graph_replay_ms(lambda: [w8_matmul(x, q, s, config) for q, s in weights], TIMED_REPLAYS))
@@ -101,16 +107,20 @@ def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> TileCo
 
 
 @triton.jit(do_not_specialize=["M"])
-def _w8_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, M, N, stride_xm, stride_wn, stride_om, K: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F16: tl.constexpr):
+def _w8_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, partial_ptr, arrivals_ptr, M, N, stride_xm, stride_wn,
+                      stride_om, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, DOT_F16: tl.constexpr, SPLIT_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
+    steps: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
+    per_split: tl.constexpr = (steps + SPLIT_K - 1) // SPLIT_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, tl.cdiv(K, BLOCK_K)):
-        k = step * BLOCK_K + ks
+    for i in range(0, per_split):  # the last range's overshoot past K is masked
+        k = (pid_k * per_split + i) * BLOCK_K + ks
         x = tl.load(x_ptr + rows[:, None] * stride_xm + k[None, :],
                     mask=(rows[:, None] < M) & (k[None, :] < K), other=0.0)
         w = tl.load(w_ptr + cols[:, None] * stride_wn + k[None, :],
@@ -119,10 +129,35 @@ def _w8_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, M, N, stride_xm, stride_
             acc = tl.dot(x.to(tl.float16), tl.trans(w.to(tl.float16)), acc)
         else:
             acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
-    scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
-    out = (acc * scale[None, :]).to(out_ptr.dtype.element_ty)
-    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :], out,
-             mask=(rows[:, None] < M) & (cols[None, :] < N))
+    out_mask = (rows[:, None] < M) & (cols[None, :] < N)
+    if SPLIT_K > 1:
+        # the partial sums [SPLIT_K, row tiles × BLOCK_M, N]; the program that arrives last at its tile's
+        # counter (acq_rel, after a barrier: the CTA's stores are published first) adds them and resets it
+        width = tl.num_programs(0) * BLOCK_M
+        here = partial_ptr + rows[:, None] * N + cols[None, :]
+        tl.store(here + pid_k * width * N, acc, mask=cols[None, :] < N)
+        tl.debug_barrier()
+        tile = pid_m * tl.num_programs(1) + pid_n
+        if tl.atomic_add(arrivals_ptr + tile, 1) == SPLIT_K - 1:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for split in tl.static_range(SPLIT_K):
+                acc += tl.load(here + split * width * N, mask=cols[None, :] < N, other=0.0, cache_modifier=".cg")
+            scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
+            tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :],
+                     (acc * scale[None, :]).to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.atomic_xchg(arrivals_ptr + tile, 0)
+    else:
+        scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :],
+                 (acc * scale[None, :]).to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+def _arrivals(device: torch.device, tiles: int) -> Tensor:
+    """The split-K arrival counters for a grid of `tiles` tiles: zeros, made once (in setup, when `choose`
+    first runs the shape) and left at zero by every launch's last programs."""
+    if (device, tiles) not in _ARRIVALS:
+        _ARRIVALS[(device, tiles)] = torch.zeros(tiles, dtype=torch.int32, device=device)
+    return _ARRIVALS[(device, tiles)]
 
 
 def w8_matmul(x: Tensor, q: Tensor, scale: Tensor, config: TileConfig | None = None,
@@ -133,12 +168,17 @@ def w8_matmul(x: Tensor, q: Tensor, scale: Tensor, config: TileConfig | None = N
     n = q.shape[0]
     c = config or config_for(n, k, q.dtype)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(m, c.block_m), triton.cdiv(n, c.block_n))
-    with _on(x.device):
-        _w8_matmul_kernel[grid](x, q, scale, out, m, n, x.stride(0), q.stride(0), out.stride(0), K=k,
-                                BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+    grid = (triton.cdiv(m, c.block_m), triton.cdiv(n, c.block_n), c.split_k)
+    if c.split_k > 1:
+        partial = torch.empty(c.split_k, grid[0] * c.block_m, n, dtype=torch.float32, device=x.device)
+        arrivals = _arrivals(x.device, grid[0] * grid[1])
+    else:
+        partial = arrivals = out  # not read: the one-range kernel stores its tile directly
+    with on_device(x.device):
+        _w8_matmul_kernel[grid](x, q, scale, out, partial, arrivals, m, n, x.stride(0), q.stride(0), out.stride(0),
+                                K=k, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
                                 DOT_F16=q.dtype == torch.float8_e4m3fn if dot_f16 is None else dot_f16,
-                                num_warps=c.num_warps, num_stages=c.num_stages)
+                                SPLIT_K=c.split_k, num_warps=c.num_warps, num_stages=c.num_stages)
     return out
 
 
@@ -164,7 +204,7 @@ def quantize_rows(x: Tensor, dtype: torch.dtype, qmax: float, tiny: float) -> tu
     q = torch.empty(m, k, dtype=dtype, device=x.device)
     scale = torch.empty(m, 1, dtype=torch.float32, device=x.device)
     block = triton.next_power_of_2(k)
-    with _on(x.device):
+    with on_device(x.device):
         _quantize_rows_kernel[(m,)](x, q, scale, x.stride(0), K=k, BLOCK_K=block, QMAX=qmax, TINY=tiny,
                                     ROUND=dtype == torch.int8, num_warps=max(4, min(16, block // 1024)))
     return q, scale
@@ -184,7 +224,7 @@ def scale_int32(acc: Tensor, x_scale: Tensor, w_scale: Tensor, dtype: torch.dtyp
     """acc [M, N] int32 × x_scale [M, 1] × w_scale [N] in `dtype`: torch._int_mm's epilogue, one launch."""
     out = torch.empty(acc.shape, dtype=dtype, device=acc.device)
     block = 1024
-    with _on(acc.device):
+    with on_device(acc.device):
         _scale_int32_kernel[(triton.cdiv(acc.numel(), block),)](acc, x_scale, w_scale, out, acc.numel(),
                                                                acc.shape[1], BLOCK=block)
     return out
