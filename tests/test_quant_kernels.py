@@ -63,8 +63,8 @@ def test_kernels_match_the_dequantised_product_and_the_torch_row_quantisation() 
 def test_int8_gemm_takes_the_choice_of_the_largest_row_bucket_at_or_below_the_row_count() -> None:
     from runners.engines.kernels import int8_gemm
     small, mid, large = int8_gemm.CANDIDATES[:3]
-    assert int8_gemm.ROW_BUCKETS == (32, 128, 512, 2048)
-    int8_gemm.CHOSEN[(8, 16)] = [None, small, mid, large]
+    assert int8_gemm.ROW_BUCKETS == (32, 64, 128, 256, 512, 1024, 2048)
+    int8_gemm.CHOSEN[(8, 16)] = [None, None, small, small, mid, mid, large]
     try:
         got = [int8_gemm.config_for(rows, 8, 16) for rows in (17, 32, 127, 128, 511, 512, 2047, 2048, 9000)]
         assert got == [None, None, None, small, small, mid, mid, large, large]

@@ -36,10 +36,14 @@ class GemmConfig(NamedTuple):
     num_stages: int
 
 
+# 64 × 64 tiles: a 4096-column matrix at 256 rows is 64 tiles of 128 × 128, half the H200's multiprocessors
 CANDIDATES = (GemmConfig(64, 128, 128, 8, 4, 4), GemmConfig(128, 128, 128, 8, 8, 3),
               GemmConfig(128, 256, 128, 8, 8, 3), GemmConfig(64, 256, 128, 8, 8, 3),
-              GemmConfig(128, 128, 64, 8, 4, 4))
-ROW_BUCKETS = (32, 128, 512, 2048)  # a product of M rows takes the choice of the largest bucket ≤ M
+              GemmConfig(128, 128, 64, 8, 4, 4), GemmConfig(64, 64, 128, 8, 4, 4))
+# A product of M rows takes the choice of the largest bucket ≤ M. Every power of two: with buckets 32, 128,
+# 512, 2048 the H200 chose `_int_mm` for the 8B down projection at 128 rows, and at 256 rows that product
+# took 1.52× bfloat16's time (2026-12-03)
+ROW_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)
 TIMED_LAYERS = 8  # copies of a matrix per timed graph: more weight bytes than L2 holds, as in a step
 TIMED_REPLAYS = 5
 CHOSEN: dict[tuple[int, int], list[GemmConfig | None]] = {}  # (N, K) → per bucket; None: `_int_mm`
