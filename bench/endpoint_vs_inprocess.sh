@@ -8,9 +8,9 @@
 # Each point is one run of its requests (--target-interval 0 --replays 0: a table of P50s, not a tuned
 # point), no warm-up run (setup warms and captures every shape); few requests at concurrency 1 and 16,
 # many at 64 and 256, max_num_seqs 256 and 8192 batched tokens on both sides, the server's slots as long
-# as the longest drawn request. Expected duration for llama-3.1-8b (random weights) on one H200: about
-# 5 minutes (five model loads of ≈ 30 s: four in-process sweeps and the server; ≈ 80 s of measuring a
-# side). Needs on the host: python3 with torch (CUDA), transformers, pyarrow, nvidia-ml-py, aiohttp
+# as the longest drawn request. Duration for llama-3.1-8b (random weights) on one H200, measured
+# 2026-12-03: about 7 minutes (each runner process ≈ 16 s of start and imports before its sweep, the four
+# in-process sweeps 3.5 min, the server's start 50 s, the served sweeps ≈ 1.5 min): give it a call alone. Needs on the host: python3 with torch (CUDA), transformers, pyarrow, nvidia-ml-py, aiohttp
 # (no duckdb or streamlit).
 # Usage: bench/endpoint_vs_inprocess.sh [MODEL=llama-3.1-8b]   env: OUT_DIR, DEVICE (cuda), WORKLOADS
 # ("fixed chat"), PORT, PY. DEVICE=cpu WORKLOADS=fixed with MODEL=tiny tries the script on a laptop (the

@@ -7,8 +7,9 @@
 # run folder), its measuring time with the load left out, the time per point, the SLO limit found, and
 # whether the refined sweep meets the bar: the dense limit ± one batch size in ≤ 60 % of its measuring time.
 # Each point is two draws of its requests (--target-interval 0 --replays 0: the same runs for every point,
-# so the time per point compares), no warm-up run (setup warms and captures every shape). Expected
-# duration on one H200: about 3 minutes (two loads of ≈ 30 s, 7 + 13 points of ≈ 6 s).
+# so the time per point compares), no warm-up run (setup warms and captures every shape). Duration on
+# one H200, measured 2026-12-03: about 4.5 minutes (6 refined points in 69 s, 13 dense ≈ 117 s, each sweep's
+# start, compile and load ≈ 35 s).
 # Needs only the runner's python3 (torch, transformers, pyarrow, pynvml): no duckdb, streamlit or kneed.
 # Usage: bench/refine_vs_dense.sh OUT_DIR   [MODEL=llama-3.1-8b SLO=ttft:95:500 PY=python3]
 set -euo pipefail
