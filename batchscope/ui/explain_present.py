@@ -8,7 +8,7 @@ worked out from the browser's viewport (a default projector size until the brows
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
 import altair as alt
@@ -63,10 +63,11 @@ class Place:
 
 
 def from_url(params: Mapping[str, str], now: Place, run_ids: Sequence[str],
-             default_run: str | None) -> tuple[Place, list[str]]:
+             default_run: Callable[[], str | None]) -> tuple[Place, list[str]]:
     """The place a link asks for, from the current one: each part the link has replaces it (a page
     opened from the menu, without a query, keeps where it was). A run id that is not stored falls back
-    to the default run, a step that is not a number from 1 to step 1; each fallback is explained."""
+    to `default_run()`, a step that is not a number from 1 to step 1; each fallback is explained. The
+    default is asked for only then: choosing it analyses every demo run, most of a linked page's time."""
     notes: list[str] = []
     run, step, present = now.run, now.step, now.present
     if "run" in params and params["run"] != now.run:
@@ -74,7 +75,7 @@ def from_url(params: Mapping[str, str], now: Place, run_ids: Sequence[str],
         if run not in run_ids:
             notes.append(f"No run `{run}` is stored here, so the default run opens instead.")
     if run not in run_ids:  # also a first visit, with no run chosen yet
-        run = default_run
+        run = default_run()
     if "step" in params:
         text = params["step"]
         valid = text.isdigit() and int(text) >= 1
