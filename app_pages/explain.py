@@ -112,7 +112,8 @@ if present:
     forward.button("Next", icon=":material/arrow_forward:", key="explain_next", on_click=move, args=(1,),
                    disabled=index == len(steps) - 1, width="stretch")
     with where:
-        viewport = present_keys("explain_next", "explain_previous", key="explain_keys")
+        viewport = present_keys("explain_next", "explain_previous", key="explain_keys",
+                                quiet=explain_present.DRAWN_AS_DEFAULT)
     show_notes()
     step = steps[index]
     st.markdown(f"## {index + 1}. {step.title}")

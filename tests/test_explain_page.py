@@ -68,6 +68,9 @@ def test_present_charts_fit_the_window_beside_the_sentences() -> None:
     assert explain_present.chart_size((1440, 900)) == (752, 685)
     assert explain_present.chart_size((1920, 1080)) == (1050, 865)
     assert explain_present.chart_size(None) == explain_present.chart_size(explain_present.DEFAULT_VIEWPORT)
+    # the window whose size present_keys keeps quiet is the one drawn without a size: no rerun for nothing
+    lo_w, hi_w, lo_h, hi_h = explain_present.DRAWN_AS_DEFAULT
+    assert (lo_w, lo_h) == (hi_w, hi_h) == explain_present.DEFAULT_VIEWPORT
     assert explain_present.chart_size((600, 400)) == explain_present.MIN_CHART
     frame = pd.DataFrame({"x": [1, 2], "y": [3, 4]})
     one = alt.Chart(frame).mark_line().encode(x="x:Q", y="y:Q")

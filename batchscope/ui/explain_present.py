@@ -16,7 +16,9 @@ import altair as alt
 from batchscope.explain.charts import resize
 
 PARAMS = ("run", "step", "present")
-DEFAULT_VIEWPORT = (1440, 900)  # a common laptop/projector size; the browser reports its own right after
+DEFAULT_VIEWPORT = (1440, 900)  # a common laptop/projector size; the browser reports its own when it differs
+# the window sizes present mode draws as it does at DEFAULT_VIEWPORT (present_keys' `quiet`): that one only
+DRAWN_AS_DEFAULT = (DEFAULT_VIEWPORT[0], DEFAULT_VIEWPORT[0], DEFAULT_VIEWPORT[1], DEFAULT_VIEWPORT[1])
 CHART_SHARE = 0.62  # of the page width: the chart's column; the sentences take the rest, beside it
 # Room a chart leaves (measured in Chromium at 1440x900 and 1920x1080): across, the page padding, the
 # columns' gap and some air; down, the controls row and a step title of up to two lines above it.
