@@ -32,7 +32,8 @@ export default function ({ data, setStateValue }) {
   };
   const drawnAlike = ([width, height]) => {  // a size the page draws as it did before any was said
     const [lo, hi, low, high] = data.quiet || [];
-    return data.quiet && width >= lo && (hi === null || width <= hi) && height >= low && (high === null || height <= high);
+    return Boolean(data.quiet) && width >= lo && (hi === null || width <= hi)
+      && height >= low && (high === null || height <= high);
   };
   const report = () => {
     const size = [window.innerWidth, window.innerHeight];

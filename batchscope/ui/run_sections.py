@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from batchscope import charts, timeline
 from batchscope.analysis import SLO
@@ -65,13 +66,14 @@ def show_results(store: Store, data: run_view.RunData, progress: dict, slo: SLO 
     st.subheader("Every point")
     shown, config = made(data, ("points", price), lambda: points_table(data, price))
     st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
-    with st.expander("How each point's trust is judged", expanded=False):
-        st.caption("Each metric of a point (throughput, every latency percentile, memory) gets its own verdict: "
-                   "its worst check, with the reasons beside the numbers in the table and in each chart's tooltip. "
-                   "Checks whose data this run did not record are left out. A point is drawn hollow on the chart "
-                   "of a metric whose verdict is untrusted; the working point passes over a point whose throughput "
-                   "or SLO latency is untrusted, saying so.")
-        st.dataframe(answers_view.rules_table(), hide_index=True, width="stretch")
+    rules = opened("How each point's trust is judged", "trust_rules_open")
+    if rules is not None:
+        rules.caption("Each metric of a point (throughput, every latency percentile, memory) gets its own verdict: "
+                      "its worst check, with the reasons beside the numbers in the table and in each chart's tooltip. "
+                      "Checks whose data this run did not record are left out. A point is drawn hollow on the chart "
+                      "of a metric whose verdict is untrusted; the working point passes over a point whose throughput "
+                      "or SLO latency is untrusted, saying so.")
+        rules.dataframe(answers_view.rules_table(), hide_index=True, width="stretch")
     for line in failed:
         st.caption(plain(line))
     csv_col, parquet_col = st.columns(2)  # the files are made when a button is pressed, not on every draw
@@ -87,8 +89,8 @@ def words(data: run_view.RunData) -> tuple[str | None, list[str], list[str], lis
     """The results' sentences: the noise warning, the trust and refinement notes, the markers' sentences and
     one line per point that failed or lost requests."""
     axis = data.analysis.axis
-    notes = [line for line in (answers_view.trust_words(data.table, axis), answers_view.refinement_words(data.table, axis))
-             if line]
+    notes = [line for line in (answers_view.trust_words(data.table, axis),
+                               answers_view.refinement_words(data.table, axis)) if line]
     return (run_view.noise_warning(data.run, data.table, axis), notes, run_view.marker_sentences(data.analysis),
             run_view_tables.failures(data.table, axis) + run_view_tables.request_failures(data.table, axis))
 
@@ -129,11 +131,10 @@ def show_timeline(store: Store, data: run_view.RunData) -> None:
     choices = run_view.timeline_points(data.table, data.analysis.axis) if data.analysis is not None else {}
     if not choices:
         return
-    # drawn only once opened (a rerun of the page's fragment): reading the steps and drawing their chart was a
-    # third of a warm Run page's script, and a second chart for the browser to draw, for a box most never open
-    box = st.expander("Inside one point: its steps over time", expanded=False, key=f"timeline_open_{run_id}",
-                      on_change="rerun")
-    if not box.open:
+    # reading the steps and drawing their chart was a third of a warm Run page's script, and a second chart
+    # for the browser to draw, for a box most never open
+    box = opened("Inside one point: its steps over time", f"timeline_open_{run_id}")
+    if box is None:
         return
     with box:
         point_col, repeat_col = st.columns(2)
@@ -161,7 +162,10 @@ def show_timeline(store: Store, data: run_view.RunData) -> None:
 
 
 def show_fingerprint(data: run_view.RunData) -> None:
-    with st.expander("Environment fingerprint", expanded=False):
+    box = opened("Environment fingerprint", f"fingerprint_open_{data.run['run_id']}")
+    if box is None:
+        return
+    with box:
         if not data.run.get("env"):
             st.info("The runner has not recorded its environment yet.")
         else:
@@ -169,3 +173,11 @@ def show_fingerprint(data: run_view.RunData) -> None:
         if data.run.get("calibration"):
             st.caption("Measured ceilings (calibration)")
             st.json(data.run["calibration"], expanded=False)
+
+
+def opened(label: str, key: str) -> DeltaGenerator | None:
+    """A closed expander whose contents are made only once it is opened (a rerun of the page's fragment), or
+    None while it is closed: each box's tables and charts cost the browser time on every load, for boxes
+    most never open."""
+    box = st.expander(label, expanded=False, key=key, on_change="rerun")
+    return box if box.open else None
