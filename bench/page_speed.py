@@ -1,6 +1,6 @@
 """Page speed as a user feels it: navigation to the last chart drawn, in headless Chromium, warm server.
 
-    python bench/page_speed.py [--app-dir DIR] [--repeats 5] [--json PATH]
+    python bench/page_speed.py [--app-dir DIR [--app-dir OTHER]] [--repeats 5] [--json PATH]
 
 Starts `streamlit run app.py` in --app-dir (default: this checkout) on a fresh history holding only the
 shipped demo runs (imported on first start), opens each page once to warm the server (its caches, the
@@ -18,6 +18,7 @@ for a year): a user opening a link in the browser they use the app in.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -93,42 +94,56 @@ def time_page(browser, url: str, kind: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--app-dir", type=Path, default=REPO)
+    parser.add_argument("--app-dir", type=Path, action="append",
+                        help="a checkout to time (default: this one); give two to compare them sample by sample, so "
+                             "a shared machine's load falls on both alike")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as home:
-        url, process = serve(args.app_dir.resolve(), Path(home))
-        try:
-            with sync_playwright() as driver:
-                browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    dirs = [str(path.resolve()) for path in args.app_dir or [REPO]]
+    with tempfile.TemporaryDirectory() as home, contextlib.ExitStack() as stack:
+        urls = []
+        for index, app_dir in enumerate(dirs):
+            (Path(home) / str(index)).mkdir()
+            url, process = serve(Path(app_dir), Path(home) / str(index))
+            stack.callback(stop, process)
+            urls.append(url)
+        with sync_playwright() as driver:
+            browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            profile = browser.new_context(viewport=VIEWPORT)
+            for url in urls:
                 time_page(browser, url, "chart")  # first start: imports the demo runs
-                profile = browser.new_context(viewport=VIEWPORT)
                 for path, kind in PAGES.values():
                     time_page(profile, f"{url}/{path}", kind)  # warm: analyses cached, modules imported, files cached
-                results = {state: sample(where, url, args.repeats)
-                           for state, where in (("cold", browser), ("warm", profile))}
-                browser.close()
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
+            results = {state: sample(where, dict(zip(dirs, urls)), args.repeats)
+                       for state, where in (("cold", browser), ("warm", profile))}
+            browser.close()
     for state, (times, loads) in results.items():
-        print(f"\n{state} browser, load average {min(loads):.1f}–{max(loads):.1f} (1 min, {os.cpu_count()} cores)")
-        print(f"| page | median s | min–max s (n = {args.repeats}) |\n|---|---|---|")
-        for name, seconds in times.items():
-            print(f"| {name} | **{statistics.median(seconds):.2f}** | {min(seconds):.2f}–{max(seconds):.2f} |")
+        print(f"\n{state} browser, load average {min(loads):.1f}–{max(loads):.1f} (1 min, {os.cpu_count()} cores); "
+              f"median s (min–max, n = {args.repeats})")
+        print("| page | " + " | ".join(dirs) + " |\n|---|" + "---|" * len(dirs))
+        for name in PAGES:
+            print(f"| {name} | " + " | ".join(f"**{statistics.median(times[d][name]):.2f}** "
+                                              f"({min(times[d][name]):.2f}–{max(times[d][name]):.2f})" for d in dirs) + " |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
 
-def sample(browser, url: str, repeats: int) -> tuple[dict[str, list[float]], list[float]]:
-    """`repeats` timed tabs per page, and the 1-minute load average before each."""
-    times: dict[str, list[float]] = {}
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def sample(browser, urls: dict[str, str], repeats: int) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
+    """`repeats` timed tabs per page and checkout (app dir -> url), the checkouts taking turns; and the
+    1-minute load average before each."""
+    times: dict[str, dict[str, list[float]]] = {app_dir: {} for app_dir in urls}
     loads: list[float] = []
     for name, (path, kind) in PAGES.items():
         for _ in range(repeats):
-            loads.append(os.getloadavg()[0])
-            times.setdefault(name, []).append(time_page(browser, f"{url}/{path}", kind))
+            for app_dir, url in urls.items():
+                loads.append(os.getloadavg()[0])
+                times[app_dir].setdefault(name, []).append(time_page(browser, f"{url}/{path}", kind))
     return times, loads
 
 
