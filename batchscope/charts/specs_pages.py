@@ -23,8 +23,6 @@ def best_throughput_chart(runs: pd.DataFrame) -> dict:
         ["label", "best", "shown", "state", "points_ok"]]
     return {"$schema": "https://vega.github.io/schema/vega-lite/v6.json",
             "data": {"values": json.loads(frame.to_json(orient="records"))}, "height": {"step": 22},
-            # across only: a bar per run sets the height (Streamlit's theme fits both ways, with a console warning)
-            "autosize": {"type": "fit-x", "contains": "padding"},
             "mark": {"type": "bar", "cornerRadiusEnd": 3},
             "encoding": {"y": nominal("label", title=None, sort=None, axis={"labelLimit": 200}),
                          "x": quantitative("best", title="best output tokens/s"),
