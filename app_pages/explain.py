@@ -27,7 +27,7 @@ session = st.session_state
 
 def default_id() -> str | None:
     """The run whose walk makes the case (it analyses candidates, so only asked when a place needs it)."""
-    return explain_view.default_run(runs, lambda rid: resources.load_run(rid, None))
+    return resources.explain_default(runs)
 
 
 def place_now() -> Place:
@@ -36,7 +36,7 @@ def place_now() -> Place:
 
 url = {name: st.query_params[name] for name in explain_present.PARAMS if name in st.query_params}
 if url != session.get(PUBLISHED):  # a link opened (or reloaded), not the URL this page wrote
-    place, notes = explain_present.from_url(url, place_now(), run_ids, default_id())
+    place, notes = explain_present.from_url(url, place_now(), run_ids, default_id)
     session.update({RUN: place.run, STEP: place.step, PRESENT: place.present, NOTES: notes})
     session.pop(NOTED_AT, None)  # the notes are about the place this run settles on
 if session.get(RUN) not in run_ids:
@@ -112,7 +112,8 @@ if present:
     forward.button("Next", icon=":material/arrow_forward:", key="explain_next", on_click=move, args=(1,),
                    disabled=index == len(steps) - 1, width="stretch")
     with where:
-        viewport = present_keys("explain_next", "explain_previous", key="explain_keys")
+        viewport = present_keys("explain_next", "explain_previous", key="explain_keys",
+                                quiet=explain_present.DRAWN_AS_DEFAULT)
     show_notes()
     step = steps[index]
     st.markdown(f"## {index + 1}. {step.title}")

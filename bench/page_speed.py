@@ -1,17 +1,24 @@
 """Page speed as a user feels it: navigation to the last chart drawn, in headless Chromium, warm server.
 
-    python bench/page_speed.py [--app-dir DIR] [--repeats 5] [--json PATH]
+    python bench/page_speed.py [--app-dir DIR [--app-dir OTHER]] [--repeats 5] [--json PATH]
 
 Starts `streamlit run app.py` in --app-dir (default: this checkout) on a fresh history holding only the
 shipped demo runs (imported on first start), opens each page once to warm the server (its caches, the
 analyses), then times `--repeats` fresh tabs per page: from navigation start (performance.timeOrigin)
 to the moment the page is ready, meaning every Vega chart holds drawn marks (or, for History, the table
 is drawn), no spinner shows and Streamlit's "running" status is gone. Prints the median and range per page
-(issue 34's bar: ≤ 2.0 s each on a 2-core machine with the server and the browser on it).
+(issue 34's bar: ≤ 2.0 s each on a 2-core machine with the server and the browser on it), and the load
+average while the samples ran (on a shared machine, compare only rows taken at a similar load).
+
+Two browser states, each its own table: `cold`, every tab in a new browser profile, so it downloads and
+compiles Streamlit's 5.5 MB of JavaScript first (a first visit ever); `warm`, every tab in one profile
+that has opened each page before, so those files come from its cache (Streamlit serves them immutable
+for a year): a user opening a link in the browser they use the app in.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -28,6 +35,7 @@ from playwright.sync_api import sync_playwright
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+VIEWPORT = {"width": 1440, "height": 900}
 RUN = "h200-fast-8b-bf16-chat"
 PAGES = {  # name -> (path and query, what must be drawn)
     "Run (8B chat)": (f"run?run={RUN}", "chart"),
@@ -72,8 +80,9 @@ def serve(app_dir: Path, home: Path) -> tuple[str, subprocess.Popen]:
 
 
 def time_page(browser, url: str, kind: str) -> float:
-    """Seconds from navigation start to ready, in a fresh tab (a new Streamlit session)."""
-    tab = browser.new_page(viewport={"width": 1440, "height": 900})
+    """Seconds from navigation start to ready, in a fresh tab (a new Streamlit session); `browser` is a
+    Browser (each tab in a new profile) or a BrowserContext (every tab in that one)."""
+    tab = browser.new_page(**({"viewport": VIEWPORT} if hasattr(browser, "new_context") else {}))
     try:
         tab.goto(url, wait_until="commit")
         tab.wait_for_timeout(50)  # let the first spinner appear before READY can see an empty page as done
@@ -85,29 +94,57 @@ def time_page(browser, url: str, kind: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--app-dir", type=Path, default=REPO)
+    parser.add_argument("--app-dir", type=Path, action="append",
+                        help="a checkout to time (default: this one); give two to compare them sample by sample, so "
+                             "a shared machine's load falls on both alike")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as home:
-        url, process = serve(args.app_dir.resolve(), Path(home))
-        try:
-            with sync_playwright() as driver:
-                browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    dirs = [str(path.resolve()) for path in args.app_dir or [REPO]]
+    with tempfile.TemporaryDirectory() as home, contextlib.ExitStack() as stack:
+        urls = []
+        for index, app_dir in enumerate(dirs):
+            (Path(home) / str(index)).mkdir()
+            url, process = serve(Path(app_dir), Path(home) / str(index))
+            stack.callback(stop, process)
+            urls.append(url)
+        with sync_playwright() as driver:
+            browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            profile = browser.new_context(viewport=VIEWPORT)
+            for url in urls:
                 time_page(browser, url, "chart")  # first start: imports the demo runs
                 for path, kind in PAGES.values():
-                    time_page(browser, f"{url}/{path}", kind)  # warm: analyses cached, modules imported
-                results = {name: [time_page(browser, f"{url}/{path}", kind) for _ in range(args.repeats)]
-                           for name, (path, kind) in PAGES.items()}
-                browser.close()
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-    print(f"| page | median s | min–max s (n = {args.repeats}) |\n|---|---|---|")
-    for name, seconds in results.items():
-        print(f"| {name} | **{statistics.median(seconds):.2f}** | {min(seconds):.2f}–{max(seconds):.2f} |")
+                    time_page(profile, f"{url}/{path}", kind)  # warm: analyses cached, modules imported, files cached
+            results = {state: sample(where, dict(zip(dirs, urls)), args.repeats)
+                       for state, where in (("cold", browser), ("warm", profile))}
+            browser.close()
+    for state, (times, loads) in results.items():
+        print(f"\n{state} browser, load average {min(loads):.1f}–{max(loads):.1f} (1 min, {os.cpu_count()} cores); "
+              f"median s (min–max, n = {args.repeats})")
+        print("| page | " + " | ".join(dirs) + " |\n|---|" + "---|" * len(dirs))
+        for name in PAGES:
+            print(f"| {name} | " + " | ".join(f"**{statistics.median(times[d][name]):.2f}** "
+                                              f"({min(times[d][name]):.2f}–{max(times[d][name]):.2f})" for d in dirs) + " |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def sample(browser, urls: dict[str, str], repeats: int) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
+    """`repeats` timed tabs per page and checkout (app dir -> url), the checkouts taking turns; and the
+    1-minute load average before each."""
+    times: dict[str, dict[str, list[float]]] = {app_dir: {} for app_dir in urls}
+    loads: list[float] = []
+    for name, (path, kind) in PAGES.items():
+        for _ in range(repeats):
+            for app_dir, url in urls.items():
+                loads.append(os.getloadavg()[0])
+                times[app_dir].setdefault(name, []).append(time_page(browser, f"{url}/{path}", kind))
+    return times, loads
 
 
 if __name__ == "__main__":

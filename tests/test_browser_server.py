@@ -1,6 +1,7 @@
 """A clean server: `streamlit run app.py` with the shipped .streamlit/config.toml, every page opened by its own
 link in headless Chromium; the server log must hold no file-watcher (inotify) lines and no traceback, and the
-only failed requests must be the deep-link probes Streamlit's front end makes itself.
+only failed requests, and the only errors in the browser's console, must be the deep-link probes Streamlit's
+front end makes itself.
 
 Those probes: opening `/history` fresh, Streamlit's front end first tries `/history/_stcore/health` and
 `/history/_stcore/host-config` (404), then `/_stcore/...` (200) — streamlit/streamlit#7074, open upstream;
@@ -52,6 +53,9 @@ def test_every_page_opened_by_its_link_leaves_a_clean_log_and_fails_no_request_o
         tab = browser.new_page(viewport={"width": 1440, "height": 900})
         errors: list[str] = []
         tab.on("pageerror", lambda error: errors.append(str(error)))
+        console: list[tuple[str, str]] = []  # errors only: Vega's warnings come and go (docs/benchmarks.md)
+        tab.on("console", lambda message: console.append((message.text, message.location.get("url", "")))
+               if message.type == "error" else None)
 
         def seen(response) -> None:
             path = response.url.removeprefix(url)
@@ -71,3 +75,4 @@ def test_every_page_opened_by_its_link_leaves_a_clean_log_and_fails_no_request_o
     assert [f for f in failed if not UPSTREAM_PROBE.match(f[1].split("?")[0])] == [], failed
     assert answered.get("/_stcore/health") == 200 and answered.get("/_stcore/host-config") == 200, answered
     assert not errors, errors
+    assert [m for m in console if not UPSTREAM_PROBE.match(m[1].removeprefix(url).split("?")[0])] == [], console

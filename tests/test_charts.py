@@ -431,6 +431,8 @@ def test_the_grid_uses_the_window_width_it_has() -> None:
     assert layout.panel_width(None) == layout.PANEL_WIDTH == 540  # before the browser says its width
     assert layout.panel_width(1440) == 540 and layout.panel_width(1280) == 540  # never narrower than at 1440
     assert layout.panel_width(1920) == 780  # (1920 − (1440 − 2 × 540)) / 2: the 480 px more, shared by two
+    # up to this width the panels are as before the browser said it, so the page is not told (present_keys)
+    assert layout.panel_width(layout.WIDEST_DEFAULT_WINDOW) == 540 < layout.panel_width(layout.WIDEST_DEFAULT_WINDOW + 1)
     table = summary_table(points=3)
     panels = grid_panels(charts.linked_charts(table, analyse(table, None, None), width=780))
     assert {panel["width"] for panel in panels.values()} == {780}

@@ -18,23 +18,36 @@ RUNS = ["a", "b", "c"]
 ROUND_MANTISSAS = {1.0, 2.0, 2.5, 5.0}
 
 
+def first_run() -> str:
+    """The default run, as the page's `default_id` would choose it."""
+    return "a"
+
+
 # ---- the rules ----
 
 def test_a_link_sets_each_part_it_has_and_keeps_the_rest() -> None:
     now = Place("b", 4, False)
-    assert explain_present.from_url({}, now, RUNS, "a") == (now, [])  # opened from the menu: stay
-    assert explain_present.from_url({"run": "c", "step": "3", "present": "1"}, now, RUNS, "a") == (Place("c", 2, True), [])
-    assert explain_present.from_url({"run": "c"}, now, RUNS, "a") == (Place("c", 0, False), [])  # a new run starts at 1
-    assert explain_present.from_url({"run": "b"}, now, RUNS, "a") == (now, [])
-    assert explain_present.from_url({"present": "0"}, Place("b", 4, True), RUNS, "a") == (now, [])
-    assert explain_present.from_url({}, Place(None), RUNS, "a") == (Place("a"), [])  # first visit: the default
+    assert explain_present.from_url({}, now, RUNS, first_run) == (now, [])  # opened from the menu: stay
+    assert explain_present.from_url({"run": "c", "step": "3", "present": "1"}, now, RUNS, first_run) == (Place("c", 2, True), [])
+    assert explain_present.from_url({"run": "c"}, now, RUNS, first_run) == (Place("c", 0, False), [])  # a new run starts at 1
+    assert explain_present.from_url({"run": "b"}, now, RUNS, first_run) == (now, [])
+    assert explain_present.from_url({"present": "0"}, Place("b", 4, True), RUNS, first_run) == (now, [])
+    assert explain_present.from_url({}, Place(None), RUNS, first_run) == (Place("a"), [])  # first visit: the default
+
+
+def test_a_link_to_a_stored_run_never_chooses_the_default_run() -> None:
+    def refuse() -> str:  # choosing it analyses every demo run: a linked page must not wait for that
+        raise AssertionError("the default run was chosen for a link that names a stored run")
+
+    assert explain_present.from_url({"run": "c", "step": "2", "present": "1"}, Place(None), RUNS, refuse) == (
+        Place("c", 1, True), [])
 
 
 def test_a_bad_run_or_step_in_a_link_falls_back_and_says_so() -> None:
-    place, [note] = explain_present.from_url({"run": "gone", "step": "2"}, Place(None), RUNS, "a")
+    place, [note] = explain_present.from_url({"run": "gone", "step": "2"}, Place(None), RUNS, first_run)
     assert place == Place("a", 1, False) and "`gone`" in note and "default run" in note
     for bad in ("x", "0", "-1", "2.5", ""):
-        place, [note] = explain_present.from_url({"step": bad}, Place("b", 3), RUNS, "a")
+        place, [note] = explain_present.from_url({"step": bad}, Place("b", 3), RUNS, first_run)
         assert place == Place("b", 0) and f"`step={bad}`" in note
     assert explain_present.clamp_step(2, 7) == (2, None)
     assert explain_present.clamp_step(6, 7) == (6, None)
@@ -55,6 +68,9 @@ def test_present_charts_fit_the_window_beside_the_sentences() -> None:
     assert explain_present.chart_size((1440, 900)) == (752, 685)
     assert explain_present.chart_size((1920, 1080)) == (1050, 865)
     assert explain_present.chart_size(None) == explain_present.chart_size(explain_present.DEFAULT_VIEWPORT)
+    # the window whose size present_keys keeps quiet is the one drawn without a size: no rerun for nothing
+    lo_w, hi_w, lo_h, hi_h = explain_present.DRAWN_AS_DEFAULT
+    assert (lo_w, lo_h) == (hi_w, hi_h) == explain_present.DEFAULT_VIEWPORT
     assert explain_present.chart_size((600, 400)) == explain_present.MIN_CHART
     frame = pd.DataFrame({"x": [1, 2], "y": [3, 4]})
     one = alt.Chart(frame).mark_line().encode(x="x:Q", y="y:Q")

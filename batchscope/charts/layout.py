@@ -13,6 +13,9 @@ PANEL_HEIGHT = 200
 PAGE_ROOM = 1440 - 2 * PANEL_WIDTH  # what a 1440 px window keeps beside two panels: padding, axes, the gap
 
 
+WIDEST_DEFAULT_WINDOW = PAGE_ROOM + 2 * PANEL_WIDTH + 1  # the widest window whose panels are PANEL_WIDTH wide
+
+
 def panel_width(window_width: int | None) -> int:
     """Each Run-page panel's width for the browser's window: two a row use the width there is (a 1920 px
     window gets 780 px panels, not 540 px with 480 px left empty), never narrower than at 1440 px."""

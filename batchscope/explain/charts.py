@@ -144,8 +144,11 @@ def runs_chart(tables: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, s
     """Panels side by side, one per (column, title, log), one colour per run, on the runs' shared x axis;
     `level` = (column, value, label) draws a labelled horizontal line (an SLO) on that column's panel."""
     x = batch_x(*tables.values(), title=x_title)
-    colour = alt.Color("run:N", title=legend, scale=alt.Scale(**palette.run_scale(list(tables))),
-                       legend=alt.Legend(orient="bottom", columns=1, labelLimit=0))
+    scale = alt.Scale(**palette.run_scale(list(tables)))
+    colour = alt.Color("run:N", title=legend, scale=scale, legend=alt.Legend(orient="bottom", columns=1, labelLimit=0))
+    # the points take the same colours on a channel of their own: a second legendless colour encoding made
+    # Vega-Lite warn of conflicting legends in every panel
+    fill = alt.Fill("run:N", scale=scale, legend=None)
     charts_ = []
     for column, title, log in panels:
         found = []
@@ -161,12 +164,15 @@ def runs_chart(tables: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, s
         tooltip = [alt.Tooltip("run:N", title=legend), alt.Tooltip("x:Q", title="x"),
                    alt.Tooltip("value:Q", format=",.2f")]
         layers = [base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour),
-                  base.mark_point(size=50, filled=True).encode(x=x, y=y, color=colour.legend(None), tooltip=tooltip)]
+                  base.mark_point(size=50, filled=True).encode(x=x, y=y, fill=fill, tooltip=tooltip)]
         if level is not None and level[0] == column:
             layers += level_rule(level[1], level[2], MISSES)
         charts_.append(alt.layer(*layers).properties(title=titled(frame, title), width=WIDTH // len(panels) - 30,
                                                      height=HEIGHT))
-    return alt.hconcat(*charts_).configure_title(anchor="start", fontSize=14)
+    # sized by their panels: Streamlit's theme asks every chart to fit its container, which side-by-side panels
+    # cannot (Vega-Lite drops it with a console warning)
+    return alt.hconcat(*charts_).properties(autosize=alt.AutoSizeParams(type="pad")).configure_title(
+        anchor="start", fontSize=14)
 
 
 def resize(chart: alt.TopLevelMixin, width: int, height: int, font: int = 15) -> alt.TopLevelMixin:
@@ -204,13 +210,14 @@ def lines(frame: pd.DataFrame, x: alt.X, y_title: str, log: bool = False, top: f
     scale = (alt.Scale(type="log") if log else alt.Scale(zero=True, domain=[0, top]) if top is not None
              else alt.Scale(zero=True))
     y = alt.Y("value:Q", title=y_title, scale=scale)
-    colour = alt.Color("series:N", title=None, scale=alt.Scale(**palette.series_scale(frame["series"])),
-                       legend=alt.Legend(orient="bottom"))
+    colours = alt.Scale(**palette.series_scale(frame["series"]))
+    colour = alt.Color("series:N", title=None, scale=colours, legend=alt.Legend(orient="bottom"))
+    fill = alt.Fill("series:N", scale=colours, legend=None)  # the points' colour (see runs_chart)
     dash = alt.condition("datum.dashed", alt.value([6, 4]), alt.value([1, 0]))
     tooltip = [alt.Tooltip("series:N"), alt.Tooltip("x:Q", title="batch"),
                alt.Tooltip("value:Q", format=",.3~f")]
     return [base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour, strokeDash=dash),
-            base.mark_point(size=60, filled=True).encode(x=x, y=y, color=colour.legend(None), tooltip=tooltip)]
+            base.mark_point(size=60, filled=True).encode(x=x, y=y, fill=fill, tooltip=tooltip)]
 
 
 def marker_rules(markers: pd.DataFrame, x: alt.X) -> list[alt.Chart]:

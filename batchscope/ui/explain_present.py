@@ -8,7 +8,7 @@ worked out from the browser's viewport (a default projector size until the brows
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
 import altair as alt
@@ -16,7 +16,9 @@ import altair as alt
 from batchscope.explain.charts import resize
 
 PARAMS = ("run", "step", "present")
-DEFAULT_VIEWPORT = (1440, 900)  # a common laptop/projector size; the browser reports its own right after
+DEFAULT_VIEWPORT = (1440, 900)  # a common laptop/projector size; the browser reports its own when it differs
+# the window sizes present mode draws as it does at DEFAULT_VIEWPORT (present_keys' `quiet`): that one only
+DRAWN_AS_DEFAULT = (DEFAULT_VIEWPORT[0], DEFAULT_VIEWPORT[0], DEFAULT_VIEWPORT[1], DEFAULT_VIEWPORT[1])
 CHART_SHARE = 0.62  # of the page width: the chart's column; the sentences take the rest, beside it
 # Room a chart leaves (measured in Chromium at 1440x900 and 1920x1080): across, the page padding, the
 # columns' gap and some air; down, the controls row and a step title of up to two lines above it.
@@ -63,10 +65,11 @@ class Place:
 
 
 def from_url(params: Mapping[str, str], now: Place, run_ids: Sequence[str],
-             default_run: str | None) -> tuple[Place, list[str]]:
+             default_run: Callable[[], str | None]) -> tuple[Place, list[str]]:
     """The place a link asks for, from the current one: each part the link has replaces it (a page
     opened from the menu, without a query, keeps where it was). A run id that is not stored falls back
-    to the default run, a step that is not a number from 1 to step 1; each fallback is explained."""
+    to `default_run()`, a step that is not a number from 1 to step 1; each fallback is explained. The
+    default is asked for only then: choosing it analyses every demo run, most of a linked page's time."""
     notes: list[str] = []
     run, step, present = now.run, now.step, now.present
     if "run" in params and params["run"] != now.run:
@@ -74,7 +77,7 @@ def from_url(params: Mapping[str, str], now: Place, run_ids: Sequence[str],
         if run not in run_ids:
             notes.append(f"No run `{run}` is stored here, so the default run opens instead.")
     if run not in run_ids:  # also a first visit, with no run chosen yet
-        run = default_run
+        run = default_run()
     if "step" in params:
         text = params["step"]
         valid = text.isdigit() and int(text) >= 1

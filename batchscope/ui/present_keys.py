@@ -30,9 +30,15 @@ export default function ({ data, setStateValue }) {
     const button = doc.querySelector(`.st-key-${key} button`);
     if (button && !button.disabled) button.click();
   };
+  const drawnAlike = ([width, height]) => {  // a size the page draws as it did before any was said
+    const [lo, hi, low, high] = data.quiet || [];
+    return Boolean(data.quiet) && width >= lo && (hi === null || width <= hi)
+      && height >= low && (high === null || height <= high);
+  };
   const report = () => {
     const size = [window.innerWidth, window.innerHeight];
     if (String(size) === window.__batchscopeViewport) return;  // said already: no rerun for nothing
+    if (!window.__batchscopeViewport && drawnAlike(size)) return;  // nothing said yet, and nothing would change
     window.__batchscopeViewport = String(size);
     setStateValue("viewport", size);
   };
@@ -57,11 +63,21 @@ export default function ({ data, setStateValue }) {
 _component = st.components.v2.component("batchscope.present_keys", js=JS, isolate_styles=False)
 
 
-def present_keys(next_button: str, previous_button: str, key: str) -> tuple[int, int] | None:
+Quiet = tuple[int, int | None, int, int | None]  # least and most window width, then height (None: no most)
+
+
+def present_keys(next_button: str, previous_button: str, key: str, quiet: Quiet | None = None
+                 ) -> tuple[int, int] | None:
     """Bind the keys to the buttons with these widget keys; returns the window's (width, height) once the
-    browser has reported it (None before, and in tests without a browser)."""
+    browser has reported it (None before, and in tests without a browser).
+
+    `quiet`: the window sizes the page draws exactly as it does with None. While the window stays in them
+    its size is not said: saying it reruns the whole page on first load (a second script run and redraw,
+    a second of a Run page's load on a busy 2-core machine) to draw the same thing again.
+    """
     result = _component(key=key, data={"next": list(NEXT_KEYS), "previous": list(PREVIOUS_KEYS),
-                                       "next_button": next_button, "previous_button": previous_button},
+                                       "next_button": next_button, "previous_button": previous_button,
+                                       "quiet": list(quiet) if quiet else None},
                         default={"viewport": None}, on_viewport_change=lambda: None, height=0)
     found = getattr(result, "viewport", None)
     return (int(found[0]), int(found[1])) if isinstance(found, list | tuple) and len(found) == 2 else None

@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from batchscope.analysis import SLO
 from batchscope.store import Store
 from batchscope.ui.run_view import RunData, load_run
 
+T = TypeVar("T")
 CACHED_RUNS = 64  # least recently used beyond this are dropped (a History overlay holds up to ten)
 GATES = 16  # analyses of the same run and SLO wait for each other; of different ones, mostly not
+MADE_PER_RUN = 32  # things made from one analysis (made) beyond this are all dropped: a window or price per key
 
 
 def version(store: Store, run: dict[str, Any]) -> Hashable:
@@ -58,7 +60,7 @@ class RunCache:
                     if found is None:
                         return None
                     self._put(key, found)
-        return RunData(run, found.analysis, found.split, found.per_gpu)
+        return RunData(run, found.analysis, found.split, found.per_gpu, found.made)
 
     def _get(self, key: Hashable) -> RunData | None:
         with self._lock:
@@ -74,3 +76,19 @@ class RunCache:
             self._entries[key] = found
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
+
+
+def made(data: RunData, key: Hashable, make: Callable[[], T]) -> T:
+    """`make()`, once per analysis of the run: what a page builds from it (the Run page's spec, tables and
+    sentences, 0.3 s of CPU a warm page, more under load) is kept with the cached analysis and goes when the
+    stored run changes. `key` names what it is and everything else it depends on (SLO, width, price, name)."""
+    found = data.made.get(key, _MISSING)  # one lookup: another session may clear it meanwhile
+    if found is _MISSING:
+        found = make()
+        if len(data.made) >= MADE_PER_RUN:
+            data.made.clear()
+        data.made[key] = found
+    return found
+
+
+_MISSING = object()

@@ -3,15 +3,18 @@ marker sentences, the price control, every point, one point's steps over time an
 The words and tables come from `run_view` and `run_view_tables`; this module only lays them out."""
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from batchscope import charts, timeline
 from batchscope.analysis import SLO
 from batchscope.analysis.cost import at_working_point, device_type, with_cost
-from batchscope.charts.layout import panel_width
+from batchscope.charts.layout import WIDEST_DEFAULT_WINDOW, panel_width
 from batchscope.store import Store
 from batchscope.ui import answers_view, export_view, run_view, run_view_tables, tables
 from batchscope.ui.plain_text import plain
+from batchscope.ui.run_cache import made
 from batchscope.ui.present_keys import present_keys
 
 
@@ -33,58 +36,75 @@ def show_outcome(progress: dict) -> None:
 
 def show_results(store: Store, data: run_view.RunData, progress: dict, slo: SLO | None,
                  percentile: int) -> None:
-    """Charts, marker sentences, the points table, downloads and the fingerprint."""
+    """Charts, marker sentences, the points table, downloads and the fingerprint. What they are made of is
+    made once per analysis of the run (run_cache.made): a warm page only lays it out."""
     run_id = data.run["run_id"]
     if data.analysis is None:
         st.info(run_view.no_results_words(progress))
         return
-    noisy = run_view.noise_warning(data.run, data.table, data.analysis.axis)
+    noisy, notes, markers, failed = made(data, "words", lambda: words(data))
     if noisy:
         st.warning(plain(noisy), icon=":material/ssid_chart:")
-    spec = charts.linked_charts(data.table, data.analysis, slo, percentile=percentile, memory_split=data.split,
-                                run=data.run.get("name") or run_id, per_gpu=data.per_gpu,
-                                cpu_cores=(data.run.get("env") or {}).get("cpu_count"),
-                                on_gpu=run_view.on_gpu(data.run), width=panel_width(window_width()))
+    on_gpu = run_view.on_gpu(data.run)
+    name, cores = data.run.get("name") or run_id, (data.run.get("env") or {}).get("cpu_count")
+    width = panel_width(window_width())
+    spec = made(data, ("linked", percentile, width, name, cores), lambda: charts.linked_charts(
+        data.table, data.analysis, slo, percentile=percentile, memory_split=data.split, run=name,
+        per_gpu=data.per_gpu, cpu_cores=cores, on_gpu=on_gpu, width=width))
     st.vega_lite_chart(spec=spec, width="content")
     st.caption("Hover a point in any chart to highlight it in all of them and read its values. Dashed vertical "
                "rules mark the knee markers and the working point; red rules mark out-of-memory batches.")
-    for line in (answers_view.trust_words(data.table, data.analysis.axis),
-                 answers_view.refinement_words(data.table, data.analysis.axis)):
-        if line:
-            st.caption(plain(line))
+    for line in notes:
+        st.caption(plain(line))
     st.subheader("What the markers say")
-    for sentence in run_view.marker_sentences(data.analysis):
+    for sentence in markers:
         st.markdown(f"- {plain(sentence)}")
-    on_gpu = run_view.on_gpu(data.run)
     price = price_control(store, device_type(data.run), on_gpu)
     cost_line = at_working_point(data.table, data.analysis.working_point, price, on_gpu=on_gpu)
     if cost_line:
         st.markdown(f"- {plain(cost_line)}")
     st.subheader("Every point")
-    shown = run_view_tables.points_display(with_cost(data.table, price))
-    st.dataframe(shown, hide_index=True, width="stretch", column_config=tables.column_config(shown))
-    with st.expander("How each point's trust is judged", expanded=False):
-        st.caption("Each metric of a point (throughput, every latency percentile, memory) gets its own verdict: "
-                   "its worst check, with the reasons beside the numbers in the table and in each chart's tooltip. "
-                   "Checks whose data this run did not record are left out. A point is drawn hollow on the chart "
-                   "of a metric whose verdict is untrusted; the working point passes over a point whose throughput "
-                   "or SLO latency is untrusted, saying so.")
-        st.dataframe(answers_view.rules_table(), hide_index=True, width="stretch")
-    for line in run_view_tables.failures(data.table, data.analysis.axis) + run_view_tables.request_failures(data.table,
-                                                                                             data.analysis.axis):
+    shown, config = made(data, ("points", price), lambda: points_table(data, price))
+    st.dataframe(shown, hide_index=True, width="stretch", column_config=config)
+    rules = opened("How each point's trust is judged", "trust_rules_open")
+    if rules is not None:
+        rules.caption("Each metric of a point (throughput, every latency percentile, memory) gets its own verdict: "
+                      "its worst check, with the reasons beside the numbers in the table and in each chart's tooltip. "
+                      "Checks whose data this run did not record are left out. A point is drawn hollow on the chart "
+                      "of a metric whose verdict is untrusted; the working point passes over a point whose throughput "
+                      "or SLO latency is untrusted, saying so.")
+        rules.dataframe(answers_view.rules_table(), hide_index=True, width="stretch")
+    for line in failed:
         st.caption(plain(line))
-    csv_col, parquet_col = st.columns(2)
-    csv_col.download_button("Download CSV", run_view_tables.csv_bytes(data.table), file_name=f"{run_id}.csv",
-                            mime="text/csv", icon=":material/download:")
-    parquet_col.download_button("Download Parquet", run_view_tables.parquet_bytes(data.table),
+    csv_col, parquet_col = st.columns(2)  # the files are made when a button is pressed, not on every draw
+    csv_col.download_button("Download CSV", lambda: run_view_tables.csv_bytes(data.table), file_name=f"{run_id}.csv",
+                            mime="text/csv", icon=":material/download:", on_click="ignore")
+    parquet_col.download_button("Download Parquet", lambda: run_view_tables.parquet_bytes(data.table),
                                 file_name=f"{run_id}.parquet", mime="application/vnd.apache.parquet",
-                                icon=":material/download:")
+                                icon=":material/download:", on_click="ignore")
     export_view.run_downloads(data, spec, price)
+
+
+def words(data: run_view.RunData) -> tuple[str | None, list[str], list[str], list[str]]:
+    """The results' sentences: the noise warning, the trust and refinement notes, the markers' sentences and
+    one line per point that failed or lost requests."""
+    axis = data.analysis.axis
+    notes = [line for line in (answers_view.trust_words(data.table, axis),
+                               answers_view.refinement_words(data.table, axis)) if line]
+    return (run_view.noise_warning(data.run, data.table, axis), notes, run_view.marker_sentences(data.analysis),
+            run_view_tables.failures(data.table, axis) + run_view_tables.request_failures(data.table, axis))
+
+
+def points_table(data: run_view.RunData, price: float | None) -> tuple[pd.DataFrame, dict]:
+    """Every point as the table shows it, costed at `price`, and its column configuration."""
+    shown = run_view_tables.points_display(with_cost(data.table, price))
+    return shown, tables.column_config(shown)
 
 
 def window_width() -> int | None:
     """The browser window's width once it has said it (None before, and in tests without a browser)."""
-    found = present_keys("", "", key="run_window")  # no buttons: it only reports the window's size
+    # no buttons: it only reports the window's size, and only one that would change the panels' width
+    found = present_keys("", "", key="run_window", quiet=(0, WIDEST_DEFAULT_WINDOW, 0, None))
     return found[0] if found else None
 
 
@@ -111,7 +131,12 @@ def show_timeline(store: Store, data: run_view.RunData) -> None:
     choices = run_view.timeline_points(data.table, data.analysis.axis) if data.analysis is not None else {}
     if not choices:
         return
-    with st.expander("Inside one point: its steps over time", expanded=False):
+    # reading the steps and drawing their chart was a third of a warm Run page's script, and a second chart
+    # for the browser to draw, for a box most never open
+    box = opened("Inside one point: its steps over time", f"timeline_open_{run_id}")
+    if box is None:
+        return
+    with box:
         point_col, repeat_col = st.columns(2)
         point = point_col.selectbox("Point", list(choices), format_func=choices.get, key=f"timeline_point_{run_id}")
         steps = store.steps(run_id, point)
@@ -137,7 +162,10 @@ def show_timeline(store: Store, data: run_view.RunData) -> None:
 
 
 def show_fingerprint(data: run_view.RunData) -> None:
-    with st.expander("Environment fingerprint", expanded=False):
+    box = opened("Environment fingerprint", f"fingerprint_open_{data.run['run_id']}")
+    if box is None:
+        return
+    with box:
         if not data.run.get("env"):
             st.info("The runner has not recorded its environment yet.")
         else:
@@ -145,3 +173,11 @@ def show_fingerprint(data: run_view.RunData) -> None:
         if data.run.get("calibration"):
             st.caption("Measured ceilings (calibration)")
             st.json(data.run["calibration"], expanded=False)
+
+
+def opened(label: str, key: str) -> DeltaGenerator | None:
+    """A closed expander whose contents are made only once it is opened (a rerun of the page's fragment), or
+    None while it is closed: each box's tables and charts cost the browser time on every load, for boxes
+    most never open."""
+    box = st.expander(label, expanded=False, key=key, on_change="rerun")
+    return box if box.open else None

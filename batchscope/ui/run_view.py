@@ -3,7 +3,8 @@ the timeline's choices, and loading a run (its tables are in `run_view_tables`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from collections.abc import Hashable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pandas as pd
@@ -288,6 +289,8 @@ class RunData:
     analysis: Analysis | None
     split: pd.DataFrame
     per_gpu: pd.DataFrame | None = None  # Store.gpu_utilisation: each GPU's utilisation per point
+    # what pages made from this analysis (run_cache.made), shared by the copies RunCache hands out
+    made: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def table(self) -> pd.DataFrame:
