@@ -19,6 +19,11 @@ QUICK = {"model": "tiny", "dtype": "float32", "device": "cpu", "batch_sizes": [1
          "telemetry_hz": 20}
 LONG = {**QUICK, "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128], "output_len": "fixed:256", "repeats": 2}
 RUN_TIMEOUT_S = 180
+# A runner sweep to signal or kill between its first and last point: each later point takes at least as long
+# as the first (3 runs of 64 steps, ≥ 3 s on this CPU). Each point runs its 3 repeats only, of 64 tokens:
+# with measuring until known and 256 tokens the first point, which such a test waits for, took 13-20 s.
+SEVEN_POINTS = [*TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64", "--output-len", "fixed:64",
+                "--repeats", "3", "--replays", "0", "--target-interval", "0", "--no-calibrate"]
 
 
 def runner_cmd(out: Path, *options: str) -> list[str]:
