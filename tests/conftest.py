@@ -88,6 +88,20 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def int8_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real finished run folder with int8 weights: tiny model, fast engine, on the CPU, batches 1 and 4.
+    Tests read it; none writes into it."""
+    from tests.runner_helpers import run_runner
+
+    out = tmp_path_factory.mktemp("made-elsewhere") / "int8-cpu"
+    done = run_runner(out, "--model", "tiny", "--engine", "fast", "--dtype", "int8", "--device", "cpu",
+                      "--batch-sizes", "1,4", "--prompt-len", "fixed:16", "--output-len", "fixed:6", "--repeats", "1",
+                      "--warmup", "0")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
 def demo_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A closed history DB file into which the shipped demo runs (data/demo) were imported as the app's
     first start imports them (5 s each time); a test that needs such a history copies it. Imported here,
