@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,13 +88,40 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    """A history DB holding the shipped demo runs (data/demo), which the tests only read. Imported here,
+def int8_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real finished run folder with int8 weights: tiny model, fast engine, on the CPU, batches 1 and 4.
+    Tests read it; none writes into it."""
+    from tests.runner_helpers import run_runner
+
+    out = tmp_path_factory.mktemp("made-elsewhere") / "int8-cpu"
+    done = run_runner(out, "--model", "tiny", "--engine", "fast", "--dtype", "int8", "--device", "cpu",
+                      "--batch-sizes", "1,4", "--prompt-len", "fixed:16", "--output-len", "fixed:6", "--repeats", "1",
+                      "--warmup", "0")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed history DB file into which the shipped demo runs (data/demo) were imported as the app's
+    first start imports them (5 s each time); a test that needs such a history copies it. Imported here,
     not at the top, so a runner-only host without the app's packages can still load this file."""
     from batchscope.demo import import_demo_runs
     from batchscope.store import Store
 
-    store = Store(tmp_path_factory.mktemp("demo") / "history.duckdb")
-    import_demo_runs(store, TESTS.parent / "data" / "demo")
+    db = tmp_path_factory.mktemp("demo") / "history.duckdb"
+    with Store(db) as store:
+        import_demo_runs(store, TESTS.parent / "data" / "demo")
+    return db
+
+
+@pytest.fixture(scope="session")
+def demo_store(demo_history: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """A history DB holding the shipped demo runs, which the tests only read."""
+    from batchscope.store import Store
+
+    db = tmp_path_factory.mktemp("demo-store") / "history.duckdb"
+    shutil.copyfile(demo_history, db)
+    store = Store(db)
     yield store
     store.close()

@@ -10,12 +10,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "hf-generate"]
-# Specs for the job manager: a quick tiny CPU sweep, and one long enough (≈ 1 s per point) that a test can
-# act between its first and last point.
+# Specs for the job manager: a quick tiny CPU sweep, and one long enough that a test can act between its first
+# and last point. Each point runs its repeats only (no replay, no drawing until known): measuring until known
+# took a loaded CPU's batch-1 point of 256 tokens to 6 runs, 20-28 s, which every test waiting for a first
+# point paid; these tests are about the job manager, not the measurement.
 QUICK = {"model": "tiny", "dtype": "float32", "device": "cpu", "batch_sizes": [1, 2], "prompt_len": "fixed:16",
-         "output_len": "fixed:4", "repeats": 1, "warmup": 0, "calibrate": False, "telemetry_hz": 20}
+         "output_len": "fixed:4", "repeats": 1, "replays": 0, "target_interval": 0, "warmup": 0, "calibrate": False,
+         "telemetry_hz": 20}
 LONG = {**QUICK, "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128], "output_len": "fixed:256", "repeats": 2}
 RUN_TIMEOUT_S = 180
+# A runner sweep to signal or kill between its first and last point: each later point takes at least as long
+# as the first (3 runs of 64 steps, ≥ 3 s on this CPU). Each point runs its 3 repeats only, of 64 tokens:
+# with measuring until known and 256 tokens the first point, which such a test waits for, took 13-20 s.
+SEVEN_POINTS = [*TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64", "--output-len", "fixed:64",
+                "--repeats", "3", "--replays", "0", "--target-interval", "0", "--no-calibrate"]
 
 
 def runner_cmd(out: Path, *options: str) -> list[str]:

@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO
 from pathlib import Path
 
@@ -42,19 +43,27 @@ def free_port() -> int:
 SERVER_ROOTS: dict[str, Path] = {}  # server url -> its temp folder (DB, runs, log), for diagnostics
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[str]:
-    """`streamlit run app.py` on a free localhost port with its own history DB and runs folder."""
+@contextmanager
+def app_server(root: Path) -> Iterator[str]:
+    """`streamlit run app.py` on a free localhost port with its own history DB and runs folder in `root`."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed")
-    env = {"BATCHSCOPE_DB": str(tmp_path / "history.duckdb"), "BATCHSCOPE_RUNS": str(tmp_path / "runs")}
-    url, process, log = serve_app(tmp_path, env)
-    SERVER_ROOTS[url] = tmp_path
-    yield url
-    SERVER_ROOTS.pop(url, None)
-    process.terminate()
-    process.wait(timeout=20)
-    log.close()
+    env = {"BATCHSCOPE_DB": str(root / "history.duckdb"), "BATCHSCOPE_RUNS": str(root / "runs")}
+    url, process, log = serve_app(root, env)
+    SERVER_ROOTS[url] = root
+    try:
+        yield url
+    finally:
+        SERVER_ROOTS.pop(url, None)
+        process.terminate()
+        process.wait(timeout=20)
+        log.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    with app_server(tmp_path) as url:
+        yield url
 
 
 def serve_app(tmp_path: Path, env: dict[str, str], *options: str, port: int | None = None

@@ -3,8 +3,8 @@ projector (1920x1080) size, opened from a link, walked through the whole default
 clicker sends, every step's title, chart and two sentences on screen without scrolling, and the place
 kept by a reload. Screenshots: test-artifacts/explain-<w>x<h>-step-<k>.png.
 
-Uses test_browser.py's server (a real `streamlit run app.py` with a fresh history, into which the
-shipped demo runs are imported on first start).
+Both window sizes use one server (a real `streamlit run app.py` with a fresh history, into which the
+shipped demo runs are imported on first start): present mode only reads them.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, chart_texts, server, settle, shoot  # noqa: F401
+from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, app_server, chart_texts, settle, shoot
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.browser
@@ -24,8 +24,15 @@ SENTENCES = '.st-key-explain_sentences [data-testid="stMarkdownContainer"] p'
 TOLERANCE = 2  # px of rounding
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server for the module: a second start and demo import per window size bought nothing (13-20 s)."""
+    with app_server(tmp_path_factory.mktemp("explain-server")) as url:
+        yield url
+
+
 @pytest.fixture(params=SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
-def presenter(server: str, request: pytest.FixtureRequest) -> Iterator:  # noqa: F811
+def presenter(server: str, request: pytest.FixtureRequest) -> Iterator:
     """A browser window of the size under test on the home page (which imports the demo runs)."""
     width, height = request.param
     with playwright.sync_playwright() as driver:

@@ -3,6 +3,7 @@ through AppTest with the shipped demo runs and with a tiny CPU run made by the r
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -529,8 +530,15 @@ def counter(at) -> str:
     return next(m for m in texts(at, "markdown") if "step " in m and m.startswith("<div")).split(">")[1].split("<")[0]
 
 
-def test_explain_page_with_the_demo_runs(home, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+@pytest.fixture
+def demo(home, demo_history: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The app started on the shipped demo runs: its history holds them as its first start imports them
+    (copied from the session's import, the same rows)."""
     monkeypatch.setenv("BATCHSCOPE_DEMO", str(DEMO))
+    shutil.copyfile(demo_history, home[0])
+
+
+def test_explain_page_with_the_demo_runs(home, demo) -> None:  # noqa: F811
     at = open_explain(app())
     no_traceback(at)
     assert not at.error and not at.warning, texts(at, "error") + texts(at, "warning")

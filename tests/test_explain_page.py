@@ -11,7 +11,7 @@ import pytest
 
 from batchscope.ui import explain_present
 from batchscope.ui.explain_present import Place
-from tests.test_explain import DEMO, counter, open_explain, step_sentences
+from tests.test_explain import counter, demo, open_explain, step_sentences  # noqa: F401 (demo: a fixture)
 from tests.test_pages import app, home, no_traceback, texts  # noqa: F401 (fixtures)
 
 RUNS = ["a", "b", "c"]
@@ -83,11 +83,6 @@ def test_present_charts_fit_the_window_beside_the_sentences() -> None:
 
 
 # ---- the page ----
-
-@pytest.fixture
-def demo(home, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    monkeypatch.setenv("BATCHSCOPE_DEMO", str(DEMO))
-
 
 def open_link(**query: str):
     """The Explain page opened from a link with this query, as a browser does (the first run reads it)."""

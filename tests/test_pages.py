@@ -20,7 +20,7 @@ from batchscope.jobs import JobManager
 from batchscope.store import Store
 from batchscope.ui import run_view
 from runners.spec import SweepSpec
-from tests.runner_helpers import REPO, run_runner
+from tests.runner_helpers import REPO
 
 PAGES = ("app_pages/new_sweep.py", "app_pages/run.py", "app_pages/history.py")
 TIMEOUT_S = 60
@@ -320,13 +320,8 @@ def test_run_page_shows_the_workload_and_runs_it_again_from_new_sweep(home, tiny
     assert not run_page.button(key="launch").disabled, texts(run_page, "error")
 
 
-def test_run_page_shows_a_quantised_runs_accuracy_per_kernel_path(home, tmp_path: Path) -> None:
-    out = tmp_path / "int8-cpu"
-    done = run_runner(out, "--model", "tiny", "--engine", "fast", "--dtype", "int8", "--device", "cpu",
-                      "--batch-sizes", "1,2", "--prompt-len", "fixed:8", "--output-len", "fixed:3", "--repeats", "1",
-                      "--warmup", "0", "--no-calibrate")
-    assert done.returncode == 0, done.stderr
-    ingest_run(manager(home).store, out)
+def test_run_page_shows_a_quantised_runs_accuracy_per_kernel_path(home, int8_run: Path) -> None:
+    ingest_run(manager(home).store, int8_run)
     run_page = open_page("app_pages/run.py", run="int8-cpu")
     no_traceback(run_page)
     accuracy = next(c for c in texts(run_page, "caption") if c.startswith("Accuracy vs bfloat16: int8 weights"))

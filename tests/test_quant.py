@@ -162,12 +162,8 @@ def test_cli_rejects_fp8_dynamic_on_cpu_before_writing_anything(tmp_path: Path) 
     assert "fp8-dynamic needs a CUDA GPU" in result.stderr and not (out / "spec.json").exists()
 
 
-def test_int8_sweep_end_to_end_records_quantised_weights_and_the_guard(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    result = run_runner(out, "--model", "tiny", "--engine", "fast", "--dtype", "int8", "--device", "cpu",
-                        "--batch-sizes", "1,4", "--prompt-len", "fixed:16", "--output-len", "fixed:6",
-                        "--repeats", "1", "--warmup", "0")
-    assert result.returncode == 0, result.stderr
+def test_int8_sweep_end_to_end_records_quantised_weights_and_the_guard(int8_run: Path, tmp_path: Path) -> None:
+    out = int8_run
     model = json.loads((out / "model.json").read_text())
     assert model["dtype"] == "int8" and model["weight_bytes"] == model_facts("tiny", "int8")["weight_bytes"]
     assert 0.999 < model["quant_logits_cosine"] < 1 and model["quant_accuracy"][0]["rows"] == 4

@@ -14,7 +14,7 @@ import pytest
 
 from runners.results.schemas import DETAIL, SUMMARY
 from runners.spec import problems
-from tests.runner_helpers import REPO, TINY, read_status, run_runner, start_runner, wait_for_points
+from tests.runner_helpers import REPO, SEVEN_POINTS, TINY, read_status, run_runner, start_runner, wait_for_points
 
 DESIGN_METRICS = [  # docs/design.md §2 "Per point, at least"
     "batch_size", "active_seqs_mean", "active_tokens_mean", "prefill_ms", "decode_step_ms",
@@ -199,16 +199,12 @@ def test_a_checkpoint_that_needs_remote_code_is_rejected_before_launch(tmp_path)
     assert not out.exists()
 
 
-LONG = [*TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64", "--output-len", "fixed:256",
-        "--repeats", "3", "--no-calibrate"]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_and_ctrl_c_keep_finished_points_and_mark_cancelled(tmp_path, sig):
     """The app's Cancel (SIGTERM) and Ctrl-C in a headless sweep's terminal (SIGINT) are the same: cancelled,
     exit 3, every finished point kept whole, one line on stderr and no traceback."""
     out = tmp_path / "run"
-    proc = start_runner(out, *LONG)
+    proc = start_runner(out, *SEVEN_POINTS)
     wait_for_points(out, 1)
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == 3
@@ -264,7 +260,7 @@ def test_sigterm_cancels_a_continuous_run_waiting_for_its_next_arrival(tmp_path)
 
 def test_sigkill_leaves_readable_finished_points(tmp_path):
     out = tmp_path / "run"
-    proc = start_runner(out, *LONG)
+    proc = start_runner(out, *SEVEN_POINTS)
     wait_for_points(out, 1)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)

@@ -15,7 +15,7 @@ from batchscope.cli import main
 from batchscope.migrations import CURRENT_VERSION
 from batchscope.store_file import locked_words
 from tests.db_helpers import dump_tables
-from tests.runner_helpers import TINY, read_status, start_runner, wait_for_points
+from tests.runner_helpers import SEVEN_POINTS, read_status, start_runner, wait_for_points
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,8 +143,7 @@ def test_a_db_from_a_newer_batchscope_is_one_line_and_exit_1(runner_folder: Path
 def test_import_marks_a_run_whose_runner_was_killed_interrupted(tmp_path: Path) -> None:
     """kill -9 of a headless runner leaves status.json `running`; `import` must not store it so forever."""
     out = tmp_path / "20261130-120000-tiny-killed"
-    proc = start_runner(out, *TINY, "--batch-sizes", "1,2,4,8,16,32,64", "--prompt-len", "fixed:64",
-                        "--output-len", "fixed:256", "--no-calibrate")
+    proc = start_runner(out, *SEVEN_POINTS)
     wait_for_points(out, 1)
     proc.kill()
     proc.wait(timeout=30)

@@ -3,6 +3,7 @@ actions the pages call, so a forced call is refused on the server), the per-user
 and the audit trail, with a real Store and a real JobManager running the tiny CPU runner."""
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from batchscope.jobs import JobManager
 from batchscope.store import Store
 from batchscope.team import actions, roles
 from batchscope.team.roles import TeamConfigError, User
-from tests.runner_helpers import LONG, QUICK, RUN_TIMEOUT_S, finished_tiny_run, until
+from tests.runner_helpers import LONG, QUICK, RUN_TIMEOUT_S, until
 
 ANA, BO = User("ana@team.test", "tuner"), User("bo@team.test", "tuner")
 ROOT, VI = User("root@team.test", "admin"), User("vi@team.test", "viewer")
@@ -70,10 +71,9 @@ def test_owner_or_admin_may_manage_a_viewer_never() -> None:
 
 
 @pytest.fixture
-def store_with_anas_run(tmp_path: Path) -> Iterator[tuple[Store, str]]:
-    folder = finished_tiny_run(tmp_path / "runs" / "ana-run", "1", 1)
+def store_with_anas_run(tmp_path: Path, tiny_run: Path) -> Iterator[tuple[Store, str]]:
     with Store(tmp_path / "history.duckdb") as store:
-        result = actions.import_run(store, ANA, str(folder))
+        result = actions.import_run(store, ANA, str(tiny_run))
         yield store, result.run_id
 
 
@@ -95,8 +95,9 @@ def test_forced_rename_and_import_are_refused_on_the_server(store_with_anas_run)
         (ROOT.identity, "rename", run_id), (ANA.identity, "rename", run_id), (ANA.identity, "import", run_id)]
 
 
-def test_an_owner_recorded_first_stays_and_a_headless_import_is_the_os_users(tmp_path: Path) -> None:
-    folder = finished_tiny_run(tmp_path / "runs" / "cli-run", "1", 1)
+def test_an_owner_recorded_first_stays_and_a_headless_import_is_the_os_users(tmp_path: Path, tiny_run: Path) -> None:
+    folder = tmp_path / "runs" / "cli-run"
+    shutil.copytree(tiny_run, folder)
     with Store(tmp_path / "history.duckdb") as store:
         from batchscope.ingest import ingest_run
 

@@ -15,15 +15,8 @@ from batchscope.analysis import SLO
 from batchscope.analysis.axis import BATCH
 from batchscope.store import Store
 from batchscope.ui import form, history_view, run_view, run_view_tables, tables
-from tests.runner_helpers import finished_tiny_run
 
 GiB = 1024**3
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real run folder from the runner: tiny model, CPU, batches 1 and 2."""
-    return finished_tiny_run(tmp_path_factory.mktemp("runs") / "tiny-run", "1,2", repeats=1)
 
 
 def tiny_form(**changes) -> form.SweepForm:
@@ -161,10 +154,10 @@ def test_import_refuses_what_is_not_a_run_folder_and_imports_a_real_one(tmp_path
     assert "not a folder" in history_view.import_folder(store, str(tmp_path / "missing")).error
     assert "not a run folder" in history_view.import_folder(store, str(tmp_path)).error
     result = history_view.import_folder(store, str(tiny_run))
-    assert result.error is None and result.run_id == "tiny-run" and result.points_added == 2
-    data = run_view.load_run(store, "tiny-run", SLO("ttft", 95, 1000.0))
-    assert data.analysis.slo_limit is not None and len(data.table) == 2
-    overlay = history_view.overlay_runs({"tiny-run": "tiny"}, lambda run_id: run_view.load_run(store, run_id, None))
+    assert result.error is None and result.run_id == "tiny-cpu" and result.points_added == 3
+    data = run_view.load_run(store, "tiny-cpu", SLO("ttft", 95, 1000.0))
+    assert data.analysis.slo_limit is not None and len(data.table) == 3
+    overlay = history_view.overlay_runs({"tiny-cpu": "tiny"}, lambda run_id: run_view.load_run(store, run_id, None))
     assert list(overlay) == ["tiny"]
     assert run_view.load_run(store, "nope", None) is None
     store.close()
