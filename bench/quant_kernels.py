@@ -146,7 +146,7 @@ def choose_as_setup_does(weights: dict, shapes: dict) -> dict:
             pairs = [(layer[n].q, layer[n].scale) for layer in layers]
             chosen[f"{dtype} {n} stream"] = list(quant_kernels.choose(pairs, torch.bfloat16))
             if dtype == "int8":
-                chosen[f"int8 {n} gemm"] = [c and list(c) for c in int8_gemm.choose(pairs, torch.bfloat16)]
+                chosen[f"int8 {n} gemm"] = [c and list(c) for c in quant.choose_int8_gemm(pairs, torch.bfloat16)]
     print("   chosen:", chosen, flush=True)
     return chosen
 

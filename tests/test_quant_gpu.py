@@ -69,7 +69,7 @@ def test_triton_int8_gemm_gives_int_mms_product_and_setup_keeps_one_path_per_row
     for config in int8_gemm.CANDIDATES:  # the same sums and scales: at most bfloat16's last bit apart
         torch.testing.assert_close(int8_gemm.matmul(xq, x_scale, qw.q, qw.scale, torch.bfloat16, config), want,
                                    rtol=8e-3, atol=0)
-    picks = int8_gemm.choose([(qw.q, qw.scale)] * 2, torch.bfloat16)
+    picks = quant.choose_int8_gemm([(qw.q, qw.scale)] * 2, torch.bfloat16)
     try:
         assert len(picks) == len(int8_gemm.ROW_BUCKETS) and all(p is None or p in int8_gemm.CANDIDATES for p in picks)
         bucket = max(i for i, b in enumerate(int8_gemm.ROW_BUCKETS) if b <= rows or i == 0)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from runners.engines.fast_model import DecodeState, FastDecoder
-from runners.engines.kernels.quant import QuantWeight, kernel_for, linear, quantize
+from runners.engines.kernels.quant import QuantWeight, choose_int8_gemm, kernel_for, linear, quantize
 from runners.engines.kv_layout import cache_len
 from runners.engines.quant_error import (LAYER_ERRORS, Product, ProductRecorder, layer_errors, model_summary,
                                          path_summary)
@@ -153,7 +153,7 @@ def warm_kernels(decoder: FastDecoder) -> dict[str, list[int]]:
     `_int_mm`)."""
     if decoder.device.type != "cuda":
         return {}
-    from runners.engines.kernels import int8_gemm, quant_kernels
+    from runners.engines.kernels import quant_kernels
     tiles: dict[str, list] = {}
     for name in MATRICES:
         weights = [getattr(layer, name) for layer in decoder.layers]
@@ -162,7 +162,7 @@ def warm_kernels(decoder: FastDecoder) -> dict[str, list[int]]:
         if w.tensor_core_rows > 0:
             tiles[name] = list(quant_kernels.choose(pairs, decoder.dtype))
         if w.q.dtype == torch.int8:
-            tiles[f"{name} int8"] = [c and list(c) for c in int8_gemm.choose(pairs, decoder.dtype)]
+            tiles[f"{name} int8"] = [c and list(c) for c in choose_int8_gemm(pairs, decoder.dtype)]
         for rows in {1, w.tensor_core_rows + 1}:
             linear(torch.zeros(rows, w.q.shape[1], dtype=decoder.dtype, device=decoder.device), w)
     torch.cuda.synchronize(decoder.device)

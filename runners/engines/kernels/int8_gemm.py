@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -47,6 +48,8 @@ ROW_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048)
 TIMED_LAYERS = 8  # copies of a matrix per timed graph: more weight bytes than L2 holds, as in a step
 TIMED_REPLAYS = 5
 CHOSEN: dict[tuple[int, int], list[GemmConfig | None]] = {}  # (N, K) → per bucket; None: `_int_mm`
+Quantize = Callable[[Tensor], tuple[Tensor, Tensor]]  # activations → (int8 rows, their scales [M, 1])
+IntMmProduct = Callable[[Tensor, Tensor, Tensor, Tensor, torch.dtype], Tensor]  # (xq, x_scale, q, scale, dtype)
 
 
 def config_for(rows: int, n: int, k: int) -> GemmConfig | None:
@@ -58,11 +61,12 @@ def config_for(rows: int, n: int, k: int) -> GemmConfig | None:
     return chosen[max(0, bisect.bisect_right(ROW_BUCKETS, rows) - 1)]
 
 
-def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> list[GemmConfig | None]:
-    """Per bucket, the faster of `_int_mm` and each candidate on random activations with the first
-    TIMED_LAYERS of `weights` (all layers' copies of one matrix), activation quantisation included, each
-    variant one CUDA graph, its median replay; kept in CHOSEN and returned. Runs in setup."""
-    from runners.engines.kernels import quant  # quant calls this module lazily: no import cycle
+def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype, quantize: Quantize,
+           int_mm: IntMmProduct) -> list[GemmConfig | None]:
+    """Per bucket, the faster of `int_mm` (the `_int_mm` path) and each candidate on random activations with the
+    first TIMED_LAYERS of `weights` (all layers' copies of one matrix), `quantize` (the per-token activation
+    quantisation) included, each variant one CUDA graph, its median replay; kept in CHOSEN and returned. Runs in
+    setup. The two paths it compares with come from `quant`, which calls this module: passed in, not imported."""
     q0 = weights[0][0]
     n, k = q0.shape
     picks: list[GemmConfig | None] = []
@@ -72,9 +76,12 @@ def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> list[G
             times: dict[GemmConfig | None, float] = {}
             for config in (None, *CANDIDATES):
                 def run(config: GemmConfig | None = config) -> None:
-                    xq, x_scale = quant.quantize_rows(x, torch.int8)
+                    xq, x_scale = quantize(x)
                     for q, scale in weights[:TIMED_LAYERS]:
-                        quant.int8_product(xq, x_scale, q, scale, x_dtype, config)
+                        if config is None:
+                            int_mm(xq, x_scale, q, scale, x_dtype)
+                        else:
+                            matmul(xq, x_scale, q, scale, x_dtype, config)
                 try:
                     times[config] = statistics.median(graph_replay_ms(run, TIMED_REPLAYS))
                 except triton.runtime.errors.OutOfResources:  # tiles over this GPU's shared memory: no candidate

@@ -143,6 +143,13 @@ def int8_product(xq: Tensor, x_scale: Tensor, q: Tensor, scale: Tensor, dtype: t
     return (acc.float() * x_scale * scale).to(dtype)
 
 
+def choose_int8_gemm(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> list:
+    """Setup's choice, per row bucket, between the Triton int8 GEMM's tiles and `_int_mm` for one matrix's
+    copies (`int8_gemm.choose`, given this module's activation quantisation and `_int_mm` path)."""
+    from runners.engines.kernels import int8_gemm
+    return int8_gemm.choose(weights, x_dtype, lambda x: quantize_rows(x, torch.int8), int8_product)
+
+
 def quantize_rows(x: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """Each activation row scaled by its own amax to fp8 or int8: (q, scale [M, 1] float32). On a GPU one
     Triton kernel; on CPU the same arithmetic in torch ops."""
