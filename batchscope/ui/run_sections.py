@@ -14,8 +14,8 @@ from batchscope.charts.layout import WIDEST_DEFAULT_WINDOW, panel_width
 from batchscope.store import Store
 from batchscope.ui import answers_view, export_view, run_view, run_view_tables, tables
 from batchscope.ui.plain_text import plain
-from batchscope.ui.run_cache import made
 from batchscope.ui.present_keys import present_keys
+from batchscope.ui.run_cache import made
 
 
 def show_outcome(progress: dict) -> None:

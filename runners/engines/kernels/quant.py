@@ -17,11 +17,14 @@ and the kernel is chosen by the row count at run time without a recompile:
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+if TYPE_CHECKING:  # int8_gemm imports Triton, which CPU builds of torch need not have
+    from runners.engines.kernels.int8_gemm import GemmConfig
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8).max)  # 448
@@ -91,7 +94,7 @@ def kernel_for(rows: int, tensor_core_rows: int, on_cuda: bool, weight: Tensor) 
     return TRITON if on_cuda else DEQUANTISE
 
 
-def _int8_config(rows: int, q: Tensor):
+def _int8_config(rows: int, q: Tensor) -> GemmConfig | None:
     """Setup's choice of the Triton int8 GEMM's tiles for this product, None for `_int_mm` (CUDA only)."""
     from runners.engines.kernels import int8_gemm  # Triton: CUDA builds of torch ship it; CPU ones need not
     return int8_gemm.config_for(rows, *q.shape)
@@ -105,7 +108,8 @@ def quant_matmul(x: Tensor, q: Tensor, scale: Tensor, tensor_core_rows: int) -> 
         return _fp8_activations(x, q, scale)
     if kernel in (INT8_TENSOR_CORES, TRITON_INT8_TENSOR_CORES):
         xq, x_scale = quantize_rows(x, torch.int8)
-        return int8_product(xq, x_scale, q, scale, x.dtype, _int8_config(x.shape[0], q) if x.is_cuda else None)
+        config = _int8_config(x.shape[0], q) if kernel == TRITON_INT8_TENSOR_CORES else None
+        return int8_product(xq, x_scale, q, scale, x.dtype, config)
     if kernel == TRITON:
         from runners.engines.kernels import quant_kernels  # Triton: CUDA builds of torch ship it; CPU ones need not
         return quant_kernels.w8_matmul(x.contiguous(), q, scale)
@@ -129,7 +133,8 @@ def _fp8_activations(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
                             use_fast_accum=FAST_ACCUMULATION)
 
 
-def int8_product(xq: Tensor, x_scale: Tensor, q: Tensor, scale: Tensor, dtype: torch.dtype, config=None) -> Tensor:
+def int8_product(xq: Tensor, x_scale: Tensor, q: Tensor, scale: Tensor, dtype: torch.dtype,
+                 config: GemmConfig | None = None) -> Tensor:
     """Per-token int8 activations (xq, x_scale [M, 1]) × per-channel int8 weights on int8 tensor cores, in
     `dtype`: the Triton GEMM with `config` (an `int8_gemm.GemmConfig`), else `torch._int_mm` (more than 16
     rows, sizes divisible by 8; int32 out) and both scales in one epilogue."""
@@ -143,7 +148,7 @@ def int8_product(xq: Tensor, x_scale: Tensor, q: Tensor, scale: Tensor, dtype: t
     return (acc.float() * x_scale * scale).to(dtype)
 
 
-def choose_int8_gemm(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> list:
+def choose_int8_gemm(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> list[GemmConfig | None]:
     """Setup's choice, per row bucket, between the Triton int8 GEMM's tiles and `_int_mm` for one matrix's
     copies (`int8_gemm.choose`, given this module's activation quantisation and `_int_mm` path)."""
     from runners.engines.kernels import int8_gemm
