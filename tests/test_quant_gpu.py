@@ -34,9 +34,14 @@ def test_compiled_graph_engine_accuracy_vs_bf16(dtype: str) -> None:
     facts = engine.facts()
     print(dtype, facts["quant_accuracy"])
     assert facts["quant_logits_cosine"] >= 0.9 and facts["quant_token_agreement"] >= 0.2
-    kernels = {"int8": [quant.TRITON, quant.INT8_TENSOR_CORES], "fp8": [quant.TRITON, quant.FP8_TENSOR_CORES],
-               "fp8-dynamic": [quant.FP8_TENSOR_CORES]}
-    assert [c["kernel"] for c in facts["quant_accuracy"]] == kernels[dtype]
+    # int8's many-row product is whichever of _int_mm and the Triton int8 GEMM setup timed faster for that
+    # row bucket (on the H200 at 20 rows: the Triton GEMM); both are int8 tensor cores with int8 activations.
+    int8_activations = {quant.INT8_TENSOR_CORES, quant.TRITON_INT8_TENSOR_CORES}
+    kernels = {"int8": [{quant.TRITON}, int8_activations], "fp8": [{quant.TRITON}, {quant.FP8_TENSOR_CORES}],
+               "fp8-dynamic": [{quant.FP8_TENSOR_CORES}]}
+    chosen = [c["kernel"] for c in facts["quant_accuracy"]]
+    assert len(chosen) == len(kernels[dtype])
+    assert all(kernel in allowed for kernel, allowed in zip(chosen, kernels[dtype])), chosen
     assert facts["weight_bytes"] == models.describe("llama-3.2-1b", loaded.config, dtype).weight_bytes
     gen = engine.generate(Batch(prompt_ids=[[5] * 40, [7] * 33, [9] * 40], output_lens=[8, 8, 8]))
     assert engine.graph is not None and len(gen.tokens[0]) == 8  # compiled + captured decode ran
