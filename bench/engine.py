@@ -1,11 +1,15 @@
 """Engine benchmark: decode step time against the measured roofline floor, per model and batch.
 
     python bench/engine.py [--engines fast,hf-generate] [--models llama-3.2-1b,llama-3.1-8b]
-                           [--quick] [--repeats 3] [--no-compile] [--json PATH]
+                           [--dtypes bfloat16,fp8,int8] [--batches 1,16,256] [--quick] [--repeats 3]
+                           [--no-compile] [--json PATH]
 
 Floor per decode step = max(bytes / copy rate, FLOPs / matmul rate), both rates measured here
 (runners.telemetry.calibrate). Bytes = all weight bytes + KV bytes of the mean context of a decode step;
 FLOPs = 2 × matmul parameters × batch + attention (4 × batch × context × heads × head_dim × layers).
+With several dtypes (the fast engine's fp8 and int8 weights, issue 36) it ends with each dtype's decode step
+as a share of bfloat16's at the same batch and lengths. The JSON is rewritten after every row, so a run cut by
+a timeout keeps what it measured.
 """
 from __future__ import annotations
 
@@ -34,10 +38,13 @@ HF_QUICK = [1, 64]
 LONG_MODELS = {"llama-3.1-8b"}
 
 
-def cases(model: str, engine: str, quick: bool) -> list[tuple[int, int, int]]:
-    """(batch, prompt, output) triples; hf-generate skips long prompts (minutes per point)."""
-    prompt, out, batches = SHORT
-    short = HF_QUICK if quick and engine == "hf-generate" else QUICK_SHORT if quick else batches
+def cases(model: str, engine: str, quick: bool, batches: list[int] | None) -> list[tuple[int, int, int]]:
+    """(batch, prompt, output) triples; hf-generate skips long prompts (minutes per point). Batches given:
+    the short lengths at those batches only."""
+    prompt, out, short_batches = SHORT
+    if batches:
+        return [(b, prompt, out) for b in batches]
+    short = HF_QUICK if quick and engine == "hf-generate" else QUICK_SHORT if quick else short_batches
     todo = [(b, prompt, out) for b in short]
     if model in LONG_MODELS and engine == "fast":
         prompt, out, batches = LONG
@@ -101,7 +108,7 @@ def make(engine: str, loaded: LoadedModel, args: argparse.Namespace) -> Engine:
 
 
 def row_text(model: str, engine: str, r: dict) -> str:
-    head = f"{engine:11} {model:13} {r['batch']:>4} {r['prompt']:>5} {r['output']:>4}"
+    head = f"{engine:11} {model:13} {r['dtype']:8} {r['batch']:>4} {r['prompt']:>5} {r['output']:>4}"
     if r["status"] != "ok":
         return f"{head}  {r['status']}: {r.get('error', '')[:80]}"
     return (f"{head} {r['decode_step_ms']:8.2f} {r['floor_bytes_ms']:7.2f} {r['floor_flops_ms']:7.2f} "
@@ -109,7 +116,7 @@ def row_text(model: str, engine: str, r: dict) -> str:
             f"{100 * r['prefill_mfu']:5.1f} {r['setup_s']:7.2f} {r['peak_allocated_bytes'] / 2**30:7.1f}")
 
 
-HEADER = ("engine      model           B  prompt  out  step_ms bytes_fl flops_fl  ratio   out_tok/s "
+HEADER = ("engine      model         dtype       B  prompt  out  step_ms bytes_fl flops_fl  ratio   out_tok/s "
           "prefill_ms  MFU%  setup_s peak_GiB")
 
 
@@ -118,6 +125,9 @@ def main() -> None:
                                  allow_abbrev=False)
     ap.add_argument("--engines", default="fast,hf-generate")
     ap.add_argument("--models", default="llama-3.2-1b,llama-3.1-8b")
+    ap.add_argument("--dtypes", default="bfloat16", help="weights per model: bfloat16, fp8, int8 (fast engine)")
+    ap.add_argument("--batches", type=lambda t: [int(b) for b in t.split(",")], default=None,
+                    help="short lengths at these batches only (default: the standard cases)")
     ap.add_argument("--quick", action="store_true", help="fewer batches; hf-generate at batch 1 and 64 only")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true", help="fast engine: CUDA graphs of the eager step")
@@ -131,30 +141,42 @@ def main() -> None:
           f"bf16 matmul {calib['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s ({calib['source']})", flush=True)
     results = []
     print(HEADER, flush=True)
-    for model in args.models.split(","):
-        loaded = load(model, "bfloat16", device)
-        for name in args.engines.split(","):
-            engine = make(name, loaded, args)
-            repeats = 1 if name == "hf-generate" else args.repeats
-            for b, p, n in cases(model, name, args.quick):
-                try:
-                    r = measure(engine, loaded, calib, b, p, n, repeats)
-                except torch.OutOfMemoryError as err:
-                    r = {"batch": b, "prompt": p, "output": n, "status": "oom", "error": str(err)}
-                engine.release()
-                r.update(engine=name, engine_version=engine.version(), model=model)
-                results.append(r)
-                print(row_text(model, name, r), flush=True)
-            del engine
-        del loaded
-        torch.cuda.empty_cache()
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "transformers": transformers.__version__, "python": platform.python_version(),
            "cuda": torch.version.cuda}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"env": env, "calibration": calib, "args": vars(args),
-                                           "results": results}, indent=1))
+    for model in args.models.split(","):
+        for dtype in args.dtypes.split(","):
+            loaded = load(model, dtype, device)
+            for name in args.engines.split(","):
+                engine = make(name, loaded, args)
+                repeats = 1 if name == "hf-generate" else args.repeats
+                for b, p, n in cases(model, name, args.quick, args.batches):
+                    try:
+                        r = measure(engine, loaded, calib, b, p, n, repeats)
+                    except torch.OutOfMemoryError as err:
+                        r = {"batch": b, "prompt": p, "output": n, "status": "oom", "error": str(err)}
+                    engine.release()
+                    r.update(engine=name, engine_version=engine.version(), model=model, dtype=dtype)
+                    results.append(r)
+                    print(row_text(model, name, r), flush=True)
+                    Path(args.json).write_text(json.dumps({"env": env, "calibration": calib, "args": vars(args),
+                                                           "results": results}, indent=1))
+                del engine
+            del loaded
+            torch.cuda.empty_cache()
     print(f"wrote {args.json}")
+    for line in step_shares(results):
+        print(line)
+
+
+def step_shares(results: list[dict]) -> list[str]:
+    """Each non-bfloat16 row's decode step over bfloat16's at the same engine, model, batch and lengths."""
+    key = lambda r: (r["engine"], r["model"], r["batch"], r["prompt"], r["output"])  # noqa: E731
+    bf16 = {key(r): r["decode_step_ms"] for r in results if r["dtype"] == "bfloat16" and r["status"] == "ok"}
+    return [f"{r['dtype']:8} {r['model']} batch {r['batch']:>4} ({r['prompt']}/{r['output']}): step "
+            f"{r['decode_step_ms']:.3f} ms = {r['decode_step_ms'] / bf16[key(r)]:.3f}× bfloat16"
+            for r in results if r["dtype"] != "bfloat16" and r["status"] == "ok" and key(r) in bf16]
 
 
 if __name__ == "__main__":
