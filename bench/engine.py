@@ -59,12 +59,13 @@ def matmul_params(loaded: LoadedModel) -> int:
     return loaded.info.params - (0 if tied else hf.model.embed_tokens.weight.numel())
 
 
-def floors(loaded: LoadedModel, calib: dict, b: int, p: int, n: int) -> dict:
-    """Decode and prefill floors for one shape; context is the mean over the decode steps."""
+def floors(loaded: LoadedModel, weight_bytes: int, calib: dict, b: int, p: int, n: int) -> dict:
+    """Decode and prefill floors for one shape; context is the mean over the decode steps. `weight_bytes` are
+    the bytes the engine reads (one byte a weight and the scales when quantised, not the loaded bfloat16)."""
     info = loaded.info
     ctx = p + n / 2
     attn_unit = info.heads * info.head_dim * info.layers
-    bytes_ = info.weight_bytes + b * ctx * info.kv_bytes_per_token
+    bytes_ = weight_bytes + b * ctx * info.kv_bytes_per_token
     flops = 2 * matmul_params(loaded) * b + 4 * b * ctx * attn_unit
     lm_head = info.vocab * info.hidden
     prefill_flops = 2 * (matmul_params(loaded) - lm_head) * b * p + 2 * lm_head * b + 2 * b * p * p * attn_unit
@@ -86,7 +87,7 @@ def measure(engine: Engine, loaded: LoadedModel, calib: dict, b: int, p: int, n:
     steps = [t1 - t0 for gen in gens for t0, t1 in zip(gen.token_ms, gen.token_ms[1:])]
     wall_ms = statistics.median(gen.token_ms[-1] for gen in gens)
     prefill_ms = statistics.median(gen.token_ms[0] for gen in gens)
-    f = floors(loaded, calib, b, p, n)
+    f = floors(loaded, engine.facts().get("weight_bytes", loaded.info.weight_bytes), calib, b, p, n)
     floor_ms = max(f["floor_bytes_ms"], f["floor_flops_ms"])
     step_ms = statistics.median(steps)
     return {

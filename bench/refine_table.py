@@ -1,7 +1,8 @@
 """bench/refine_vs_dense.sh's reader, on the GPU host's python3 (pyarrow and the torch-free runners.spec only).
 
 `range RUN STEP` prints every STEP-th batch size from RUN's smallest planned point to its largest (the largest
-always included), as a batch list for the dense sweep: the grid a user would run over the same range; `table OUT SLO` prints, for the refined and dense sweeps under OUT, the batch sizes
+always included), as a batch list for the dense sweep: the grid a user would run over the same range;
+`table OUT SLO` prints, for the refined and dense sweeps under OUT, the batch sizes
 measured, the points refinement added, the model load, the measuring time (load left out), the time per
 point and the SLO limit found, as a Markdown table for docs/benchmarks.md, and whether the bar holds.
 
@@ -36,10 +37,16 @@ def seen(rows: list[dict], target: SLO) -> list[Seen]:
             for r in rows]
 
 
+def dense_grid(planned: list[int], step: int) -> list[int]:
+    """Every `step`-th batch size from the least planned to the largest, the largest always in: the grid a user
+    would run over the same range without refinement."""
+    grid = list(range(min(planned), max(planned) + 1, step))
+    return grid + ([max(planned)] if grid[-1] != max(planned) else [])
+
+
 def planned_range(run: Path, step: int) -> str:
-    sizes = [r["batch_size"] for r in summaries(run) if r["added_for"] is None]
-    grid = list(range(min(sizes), max(sizes) + 1, step))
-    return ",".join(str(b) for b in grid + ([max(sizes)] if grid[-1] != max(sizes) else []))
+    planned = [r["batch_size"] for r in summaries(run) if r["added_for"] is None]
+    return ",".join(str(b) for b in dense_grid(planned, step))
 
 
 def grid_step(points: list[Seen]) -> float:

@@ -1,5 +1,5 @@
-"""bench/refine_table.py's clock: the model load counted once and apart, the measuring time to the run's end or,
-for a run cut short, to its last finished point."""
+"""bench/refine_table.py: its clock (the model load counted once and apart, the measuring time to the run's end
+or, for a run cut short, to its last finished point) and the dense grid it compares refinement against."""
 from __future__ import annotations
 
 import importlib.util
@@ -34,3 +34,14 @@ def test_a_finished_run_measures_from_the_model_line_to_its_end(tmp_path: Path) 
 def test_a_run_cut_short_measures_to_its_last_finished_point(tmp_path: Path) -> None:
     load_s, measuring_s = refine_table.timing(run_folder(tmp_path, None))
     assert (load_s, measuring_s) == (2.5, 20.5)
+
+
+def test_the_dense_grid_steps_over_the_whole_planned_range_and_keeps_its_largest_size() -> None:
+    assert refine_table.dense_grid([4, 8, 16, 32], 2) == [4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32]
+    assert refine_table.dense_grid([32, 4, 8], 8) == [4, 12, 20, 28, 32]
+    assert refine_table.dense_grid([4, 8, 16], 1) == list(range(4, 17))
+
+
+def test_the_limits_tolerance_is_the_dense_grids_least_step() -> None:
+    points = [refine_table.Seen(float(b), True, 1.0, 1.0) for b in (4, 6, 8, 12)]
+    assert refine_table.grid_step(points) == 2.0
