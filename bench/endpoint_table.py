@@ -58,7 +58,7 @@ def table(out: Path, workload: str) -> list[str]:
 
 
 def main(out: Path) -> None:
-    workloads = sorted({p.name.split("-")[1] for p in out.glob("served-*-*")})
+    workloads = sorted({p.name.split("-")[1] for p in [*out.glob("served-*-*"), *out.glob("inprocess-*-*")]})
     print("Served TTFT parts: P50 in ms of each (they add up to each request's TTFT, not the P50s to its P50).\n")
     for workload in workloads:
         print("\n".join(table(out, workload)))

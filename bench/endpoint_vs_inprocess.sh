@@ -13,7 +13,11 @@
 # in-process sweeps 3.5 min, the server's start 50 s, the served sweeps ≈ 1.5 min): give it a call alone. Needs on the host: python3 with torch (CUDA), transformers, pyarrow, nvidia-ml-py, aiohttp
 # (no duckdb or streamlit).
 # Usage: bench/endpoint_vs_inprocess.sh [MODEL=llama-3.1-8b]   env: OUT_DIR, DEVICE (cuda), WORKLOADS
-# ("fixed chat"), PORT, PY. DEVICE=cpu WORKLOADS=fixed with MODEL=tiny tries the script on a laptop (the
+# ("fixed chat"), LOAD_SETS ("low high"), SIDES ("inprocess served"), THINK_MS (0), PORT, PY.
+# THINK_MS gives the in-process clients a think time (--think-ms): with none, each next request arrives at the
+# end of the step that finished the last and never waits for a step in flight, where a network client's
+# turnaround (the served table's flush + downlink + client + uplink + parse) lands it inside the next step. Set
+# it to that turnaround for the reference with the served side's arrival phase (docs/design.md §2). DEVICE=cpu WORKLOADS=fixed with MODEL=tiny tries the script on a laptop (the
 # chat workload's longest requests are over tiny's 2048-token context).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +27,9 @@ PY=${PY:-python3}
 PORT=${PORT:-8765}
 DEVICE=${DEVICE:-cuda}
 WORKLOADS=${WORKLOADS:-fixed chat}
+LOAD_SETS=${LOAD_SETS:-low high}
+SIDES=${SIDES:-inprocess served}
+THINK_MS=${THINK_MS:-0}
 COMMON=(--model "$MODEL" --dtype bfloat16 --device "$DEVICE" --seed 0 --warmup 0 --repeats 1 --replays 0
         --target-interval 0 --no-calibrate --slo-metric ttft --slo-ms 1000)
 declare -A LENGTHS=([fixed]="--prompt-len fixed:256 --output-len fixed:64"
@@ -53,13 +60,18 @@ EOF
 MAX_MODEL_LEN=$(longest)
 
 for workload in $WORKLOADS; do
-  for load in low high; do
+  for load in $LOAD_SETS; do
+    [[ " $SIDES " == *" inprocess "* ]] || continue
     # shellcheck disable=SC2086  # LENGTHS holds several options
     "$PY" -m runners sweep --out "$OUT/inprocess-$workload-$load" "${COMMON[@]}" ${LENGTHS[$workload]} \
       --engine fast --mode continuous --max-num-seqs 256 --max-num-batched-tokens 8192 \
-      --concurrency "${LOADS[$load]}" --num-requests "${REQUESTS[$workload-$load]}" || true
+      --concurrency "${LOADS[$load]}" --num-requests "${REQUESTS[$workload-$load]}" --think-ms "$THINK_MS" || true
   done
 done
+if [[ " $SIDES " != *" served "* ]]; then
+  "$PY" bench/endpoint_table.py "$OUT"
+  exit 0
+fi
 
 "$PY" -m runners serve --model "$MODEL" --dtype bfloat16 --seed 0 --device "$DEVICE" --port "$PORT" \
   --max-num-seqs 256 --max-model-len "$MAX_MODEL_LEN" --max-num-batched-tokens 8192 2> "$OUT/server.log" &
@@ -80,7 +92,7 @@ for _ in range(600):
 sys.exit("runners serve did not answer in 5 minutes")
 EOF
 for workload in $WORKLOADS; do
-  for load in low high; do
+  for load in $LOAD_SETS; do
     # shellcheck disable=SC2086
     "$PY" -m runners sweep --out "$OUT/served-$workload-$load" "${COMMON[@]}" ${LENGTHS[$workload]} \
       --engine endpoint --url "http://127.0.0.1:$PORT/v1" \

@@ -161,6 +161,32 @@ def test_poisson_arrivals_are_seeded_and_closed_loop_waits_for_a_finish() -> Non
     assert [(r.index, r.arrival_s) for r in closed.arrived(2.5)] == [(2, 2.5)]
 
 
+def test_a_closed_loop_clients_next_request_arrives_its_think_time_after_the_last_one_ends() -> None:
+    thinking = Arrivals([Request(i, 1, 1) for i in range(3)], concurrency=2, think_s=0.02)
+    assert [(r.index, r.arrival_s) for r in thinking.arrived(0.0)] == [(0, 0.0), (1, 0.0)]  # the first at once
+    thinking.finished(Request(0, 1, 1, client=0), 2.5)
+    assert thinking.arrived(2.51) == [] and thinking.next_time() == pytest.approx(2.52)
+    assert [(r.index, r.arrival_s, r.client) for r in thinking.arrived(2.52)] == [(2, pytest.approx(2.52), 0)]
+    with pytest.raises(ValueError, match="closed-loop"):
+        Arrivals([Request(0, 1, 1)], rate=10.0, think_s=0.02)
+    with pytest.raises(ValueError, match="at least 0"):
+        Arrivals([Request(0, 1, 1)], concurrency=1, think_s=-0.01)
+
+
+def test_in_process_clients_with_a_think_time_arrive_off_the_step_boundary(static) -> None:
+    """With none, each next request arrives exactly as the step that finished the last one ends; with one, that
+    much later, so it can land inside a step in flight (the served engine's arrival phase)."""
+    prompts, outputs = workload(10, seed=4)
+    for think_s in (0.0, 0.003):
+        result = serve(static, 2, prompts, outputs, dict(concurrency=2, think_s=think_s))
+        ends = sorted(r.token_s[-1] for r in result.requests)
+        later = [r for r in result.requests if r.arrival_s > 0]
+        assert len(later) == 8
+        for r in later:  # each arrives `think_s` after some request ended (its client's last one)
+            assert min(abs(r.arrival_s - think_s - end) for end in ends) < 1e-9, (r.arrival_s, think_s)
+            assert r.arrival_s <= r.admit_s
+
+
 def test_buckets_are_powers_of_two_then_steps_of_64_capped_by_max_num_seqs() -> None:
     assert buckets(1) == [1]
     assert buckets(6) == [1, 2, 4, 6]
@@ -187,6 +213,8 @@ CONT = {"model": "tiny", "mode": "continuous", "engine": "fast"}
     ({**CONT, "concurrency": 4, "slo_metric": "tpot"}, "slo_metric", "one of"),
     ({**CONT, "concurrency": 4, "slo_ms": -5}, "slo_ms", "positive"),
     ({**CONT, "concurrency": 4, "prompt_len": "fixed:2040"}, "prompt_len", "context"),
+    ({**CONT, "arrival": "poisson:2", "think_ms": 20}, "think_ms", "give a concurrency"),
+    ({**CONT, "concurrency": 4, "think_ms": -1}, "think_ms", "≥ 0"),
 ])
 def test_spec_rejects_bad_continuous_options_by_field(raw: dict, field: str, words: str) -> None:
     found = problems(raw)

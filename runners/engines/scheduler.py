@@ -61,13 +61,20 @@ class Request:
 class Arrivals:
     """When requests arrive: Poisson (open loop, seeded gaps) or N closed-loop clients.
 
-    A closed-loop client sends its next request at the moment its previous one finishes.
+    A closed-loop client sends its next request `think_s` after its previous one finishes (0: at that moment).
+    In-process that moment is a step's end, so with no think time every next request meets a step boundary; a
+    network client's turnaround lands it inside the next step instead, and a think time of that turnaround
+    gives the in-process engine the same arrival phase (docs/design.md §2).
     """
 
     def __init__(self, requests: list[Request], rate: float | None = None, concurrency: int | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, think_s: float = 0.0) -> None:
         if (rate is None) == (concurrency is None):
             raise ValueError("give exactly one of rate and concurrency")
+        if think_s < 0 or (think_s and rate is not None):
+            raise ValueError(f"a think time is a closed-loop client's wait, at least 0 s: got {think_s!r}"
+                             + (" with an arrival rate" if rate is not None else ""))
+        self.think_s = think_s
         self.pending = deque(requests)
         self.due: list[tuple[float, int, Request]] = []
         if rate is not None:
@@ -100,7 +107,7 @@ class Arrivals:
 
     def finished(self, r: Request, t: float) -> None:
         if r.client is not None:
-            self._send(r.client, t)
+            self._send(r.client, t + self.think_s)
 
 
 @dataclass

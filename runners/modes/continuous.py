@@ -37,7 +37,8 @@ def load(ctx: PointContext, point: ContinuousPoint | EndpointPoint) -> tuple[dic
     spec = ctx.spec
     work = {r: workload.draw(spec, spec.num_requests, r, ctx.info.vocab, workload.CONTINUOUS)
             for r in spec.repeat_indices()}
-    arrivals = dict(rate=point.arrival_rate) if point.arrival_rate is not None else dict(concurrency=point.concurrency)
+    arrivals = (dict(rate=point.arrival_rate) if point.arrival_rate is not None else
+                dict(concurrency=point.concurrency, think_s=spec.think_ms / 1e3))
     return work, arrivals
 
 

@@ -114,6 +114,9 @@ def check_load(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -
         rates = record(found, "arrival", lambda: parse_arrival(spec.arrival))
     if values.get("concurrency"):
         spec.concurrency = values["concurrency"]
+    copy_given(spec, values, "think_ms")
+    if spec.think_ms and not spec.concurrency:
+        found.setdefault("think_ms", "a think time is a closed-loop client's wait: give a concurrency with it")
     if spec.arrival and spec.concurrency:
         found.setdefault("concurrency", "give either an arrival rate or a concurrency, not both")
     elif not spec.arrival and not spec.concurrency and "arrival" not in found:

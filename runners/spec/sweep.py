@@ -91,6 +91,10 @@ class SweepSpec:
                                     group=CONTINUOUS, most=MAX_BATCH_SIZE,
                                     help="closed loop: N clients, each sending its next request when its last "
                                          "one ends, or a list to sweep")
+    think_ms: float = option(0.0, label="Client think time (ms)", modes=LOADED, group=CONTINUOUS, least=0,
+                             most=MAX_LATENCY_MS,
+                             help="closed loop: each client waits this long after its last request ends before "
+                                  "sending its next (default 0: at once)")
     num_requests: int = option(64, label="Requests per repeat", memory=True, modes=LOADED, group=CONTINUOUS, least=1,
                                most=MAX_REQUESTS,
                                help="requests per repeat, the same seeded workload at every point (default 64)")
