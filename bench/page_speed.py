@@ -1,6 +1,7 @@
 """Page speed as a user feels it: navigation to the last chart drawn, in headless Chromium, warm server.
 
-    python bench/page_speed.py [--app-dir DIR [--app-dir OTHER]] [--repeats 5] [--json PATH]
+    python bench/page_speed.py [--app-dir DIR [--app-dir OTHER]] [--pages run,history,explain] [--repeats 5]
+                               [--json PATH]
 
 Starts `streamlit run app.py` in --app-dir (default: this checkout) on a fresh history holding only the
 shipped demo runs (imported on first start), opens each page once to warm the server (its caches, the
@@ -97,10 +98,13 @@ def main() -> None:
     parser.add_argument("--app-dir", type=Path, action="append",
                         help="a checkout to time (default: this one); give two to compare them sample by sample, so "
                              "a shared machine's load falls on both alike")
+    parser.add_argument("--pages", type=lambda text: text.split(","), default=None,
+                        help="the pages to time, by the first word of their name (default: every one)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     dirs = [str(path.resolve()) for path in args.app_dir or [REPO]]
+    pages = {name: page for name, page in PAGES.items() if not args.pages or name.split()[0].lower() in args.pages}
     with tempfile.TemporaryDirectory() as home, contextlib.ExitStack() as stack:
         urls = []
         for index, app_dir in enumerate(dirs):
@@ -115,14 +119,14 @@ def main() -> None:
                 time_page(browser, url, "chart")  # first start: imports the demo runs
                 for path, kind in PAGES.values():
                     time_page(profile, f"{url}/{path}", kind)  # warm: analyses cached, modules imported, files cached
-            results = {state: sample(where, dict(zip(dirs, urls)), args.repeats)
+            results = {state: sample(where, dict(zip(dirs, urls)), pages, args.repeats)
                        for state, where in (("cold", browser), ("warm", profile))}
             browser.close()
     for state, (times, loads) in results.items():
         print(f"\n{state} browser, load average {min(loads):.1f}–{max(loads):.1f} (1 min, {os.cpu_count()} cores); "
               f"median s (min–max, n = {args.repeats})")
         print("| page | " + " | ".join(dirs) + " |\n|---|" + "---|" * len(dirs))
-        for name in PAGES:
+        for name in pages:
             print(f"| {name} | " + " | ".join(f"**{statistics.median(times[d][name]):.2f}** "
                                               f"({min(times[d][name]):.2f}–{max(times[d][name]):.2f})" for d in dirs) + " |")
     if args.json:
@@ -134,12 +138,13 @@ def stop(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
-def sample(browser, urls: dict[str, str], repeats: int) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
+def sample(browser, urls: dict[str, str], pages: dict[str, tuple[str, str]],
+           repeats: int) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
     """`repeats` timed tabs per page and checkout (app dir -> url), the checkouts taking turns; and the
     1-minute load average before each."""
     times: dict[str, dict[str, list[float]]] = {app_dir: {} for app_dir in urls}
     loads: list[float] = []
-    for name, (path, kind) in PAGES.items():
+    for name, (path, kind) in pages.items():
         for _ in range(repeats):
             for app_dir, url in urls.items():
                 loads.append(os.getloadavg()[0])
