@@ -61,9 +61,10 @@ RERUNS = {
                 "refine_slo": "ttft:95:500"}, SLO("ttft", 95, 500.0)),
     "continuous": ({"engine": "fast", "mode": "continuous", "max_num_seqs": "2,4", "arrival": "poisson:4",
                     "num_requests": 16, "max_num_batched_tokens": 512, "kv_cache_tokens": 4096,
-                    "gpu_memory_utilization": 0.5, "slo_metric": "e2e", "slo_ms": 900.0, "refine_slo": "e2e:95:900"},
+                    "gpu_memory_utilization": 0.5, "slo_metric": "e2e", "slo_ms": 900.0, "refine_slo": "e2e:95:900",
+                    "think_ms": 0.0},
                    SLO("e2e", 95, 900.0)),
-    "endpoint": ({"engine": "endpoint", "mode": "endpoint", "concurrency": "1,4", "num_requests": 16,
+    "endpoint": ({"engine": "endpoint", "mode": "endpoint", "concurrency": "1,4", "think_ms": 20.0, "num_requests": 16,
                   "url": "http://gpu-host:9000/v1", "model_name": "m", "api_key_env": "BATCHSCOPE_KEY_M",
                   "server_labels": "vllm 0.11", "server_command": "vllm serve m --max-num-seqs {max_num_seqs}",
                   "max_num_seqs": "8", "api": "chat", "prompt_format": "text", "request_timeout_s": 30.0,
@@ -82,3 +83,14 @@ def test_running_a_stored_spec_again_keeps_every_option(mode: str) -> None:
     stored = validate(raw).to_dict()
     again = form_state.form_from_spec({**stored, "run_id": "r", "created_at": "t"}, slo)
     assert validate(again.spec_dict()).to_dict() == stored
+
+
+def test_the_think_time_is_asked_for_with_a_closed_loop_and_refused_with_an_arrival_rate(home) -> None:
+    at = open_page("app_pages/new_sweep.py")
+    at.selectbox(key="engine").set_value("fast")
+    at.selectbox(key="mode").set_value("continuous").run()
+    think = at.number_input(key="think_ms")
+    assert (think.label, think.value, think.min) == ("Client think time (ms)", 0.0, 0.0)
+    think.set_value(5.0).run()
+    no_traceback(at)
+    assert any("think time" in e and "concurrency" in e for e in texts(at, "error")), texts(at, "error")
