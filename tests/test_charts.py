@@ -360,6 +360,33 @@ def test_home_shows_each_latest_runs_best_throughput() -> None:
     assert [(r["label"], r["best"], r["shown"]) for r in rows] == [("one point", 0.0, "no finished point"),
                                                                    ("b", 4201.3, "4 201 tok/s")]
     assert spec["encoding"]["x"]["field"] == "best" and spec["height"] == {"step": 22}
+    assert spec["encoding"]["x"]["scale"]["domain"] == [0.0, 4201.3]  # never computed from a dataset in flight
+
+
+def test_a_panels_y_domain_is_its_datas_with_its_level_lines_and_stack_totals() -> None:
+    frame = pd.DataFrame({"run": "r", "x": [1, 1, 2, 2], "value": [3.0, 4.0, 5.0, 1.0], "hi": [6.0, None, 2.0, None]})
+    assert layout.value_domain(frame) == [0.0, 5.0]
+    assert layout.value_domain(frame, ("value", "hi")) == [0.0, 6.0]  # the repeat band's top counts
+    assert layout.value_domain(frame, stacked=True) == [0.0, 7.0]  # the stack at x = 1 is 3 + 4
+    assert layout.value_domain(frame, stacked=True, levels=(9.5,)) == [0.0, 9.5]  # a capacity line above it
+    assert layout.value_domain(frame.assign(value=[0.0, 20.0, 0.5, 40.0]), levels=(200.0,), log=True) == [0.5, 200.0]
+    assert layout.value_domain(frame.iloc[:0]) is None and layout.value_domain(frame.assign(value=0.0), log=True) is None
+
+
+def test_every_data_scale_of_the_linked_charts_has_its_domain_fixed(run) -> None:
+    """Streamlit redraws a chart whose spec changed (the window's width) with its datasets briefly empty; a scale
+    that computed its domain from one logged 'Infinite extent' in the browser's console then."""
+    points, analysis, split, slo = run
+    spec = to_dict(charts.linked_charts(analysis.table, analysis, slo, memory_split=split))
+    for name, panel in grid_panels(spec).items():
+        for channel in ("x", "y"):
+            scales = [layer["encoding"][channel].get("scale") for layer in layers_of(panel)
+                      if layer.get("encoding", {}).get(channel, {}).get("type") == "quantitative"]
+            given = [scale for scale in scales if scale]  # a layer with none shares the panel's (a level line)
+            assert given and all("domain" in scale for scale in given), (name, channel, given)
+    latency = {tuple(layer["encoding"]["y"]["scale"]["domain"]) for layer in layers_of(grid_panels(spec)["latency"])
+               if layer.get("encoding", {}).get("y", {}).get("field") == "value" and "scale" in layer["encoding"]["y"]}
+    assert len(latency) == 1 and latency.pop()[1] >= 200.0  # the SLO line (200 ms) stays in view
 
 
 # ---- presentation v2 (issue 34): one colour per series, 0–100 % utilisation, CPU runs said as CPU ----

@@ -75,6 +75,24 @@ def throughput_top(name: str, frame: pd.DataFrame) -> float | None:
     return best * OFF_SCALE if float(frame["value"].max()) > ROOFLINE_ROOM * best else None
 
 
+def value_domain(frame: pd.DataFrame, columns: tuple[str, ...] = ("value",), stacked: bool = False,
+                 levels: tuple[float, ...] = (), log: bool = False) -> list[float] | None:
+    """A panel's y domain from the data it draws (its `columns`, a stack's per-x totals, and level lines), so the
+    chart never computes it from a dataset that is briefly empty while Streamlit redraws it at a new width
+    (Vega logs "Infinite extent" then); None with nothing to draw. From 0, or the least positive value on a log
+    scale; the scale rounds it (nice)."""
+    if frame.empty:
+        return None
+    values = (frame.groupby(["run", "x"])["value"].sum() if stacked else
+              pd.concat([pd.to_numeric(frame[c], errors="coerce") for c in columns if c in frame]))
+    values = pd.concat([values, pd.Series(levels, dtype=float)]).dropna()
+    values = values[values > 0] if log else values
+    if values.empty:
+        return None
+    top = float(values.max())
+    return [float(values.min()), top] if log else [0.0, top if top > 0 else 1.0]
+
+
 def capacity_off_scale(frame: pd.DataFrame, capacity: pd.DataFrame, stacked: bool) -> str | None:
     """The capacity in words when drawing it would flatten the data (a CPU run's RAM vs a tiny model)."""
     if capacity.empty or frame.empty:

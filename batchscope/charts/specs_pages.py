@@ -25,7 +25,8 @@ def best_throughput_chart(runs: pd.DataFrame) -> dict:
             "data": {"values": json.loads(frame.to_json(orient="records"))}, "height": {"step": 22},
             "mark": {"type": "bar", "cornerRadiusEnd": 3},
             "encoding": {"y": nominal("label", title=None, sort=None, axis={"labelLimit": 200}),
-                         "x": quantitative("best", title="best output tokens/s"),
+                         "x": quantitative("best", title="best output tokens/s",  # fixed: see value_domain
+                                           scale={"domain": [0.0, float(frame["best"].max()) or 1.0], "nice": True}),
                          "color": nominal("state", title=None, legend={"orient": "bottom"}),
                          "tooltip": [nominal("label", title="run"), nominal("shown", title="best"), nominal("state"),
                                      quantitative("points_ok", title="ok points")]}}

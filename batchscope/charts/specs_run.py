@@ -19,7 +19,7 @@ from batchscope.charts.frames import (CPU_MEMORY_NOTE, EMPTY_LONG, LATENCY_METRI
                                       memory_frame, memory_total_frame, primary_utilisation, throughput_frame,
                                       measured_parts, tradeoff_frame, utilisation_frame)
 from batchscope.charts.layout import (LABEL_FONT, LABEL_ROW_PX, PANEL_HEIGHT, PANEL_WIDTH, TITLES, capacity_off_scale,
-                                      label_rows, log_domain, panel_title, throughput_top)
+                                      label_rows, log_domain, panel_title, throughput_top, value_domain)
 from batchscope.charts.palette import MARKER_COLOURS, dash_test, memory_colour, run_scale, series_scale
 from batchscope.charts.vega import HOVER, LEGEND, Datasets, nominal, quantitative, when
 from batchscope.units import value_text
@@ -108,8 +108,13 @@ def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.Da
             title = title.replace("utilisation", "CPU utilisation", 1)  # a CPU run: say so
         if y_top is not None:
             title += f" — roofline prediction (up to {value_text(frame['value'].max(), 'tok/s')}) off the scale"
+        far = capacity_off_scale(frame, capacity, stacked_memory)
+        levels = ((float(slo.ms),) if name == "latency" and slo is not None else
+                  (float(capacity["value"].max()),) if name == "memory" and not capacity.empty and not far else ())
+        y_domain = value_domain(frame, ("value", "lo", "hi"), stacked, levels, log=name == "latency")
         frame_data = data.add(frame if not frame.empty else pd.DataFrame(columns=EMPTY_LONG))
-        layers = [{"layer": _panel_layers(name, frame, frame_data, x, x_name, colour_by, stacked, y_top, scale)}]
+        layers = [{"layer": _panel_layers(name, frame, frame_data, x, x_name, colour_by, stacked, y_top, scale,
+                                          y_domain)}]
         if marker_data is not None:
             layers += _marker_layers(markers, marker_data, x, labelled=name == "throughput", domain=domain, data=data,
                                      colour=marker_colour, width=width)
@@ -118,7 +123,6 @@ def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.Da
                        "encoding": {"x": x}, "transform": [{"filter": {"param": HOVER, "empty": False}}]})
         if name == "latency" and slo is not None:
             layers += _level(data, float(slo.ms), _slo_label(slo), "#d95f02", align="left", width=width)
-        far = capacity_off_scale(frame, capacity, stacked_memory)
         if name == "memory" and not capacity.empty and not far:
             layers += _level(data, float(capacity["value"].max()), str(capacity["label"].iloc[0]), "black",
                              align="right", dash=None, width=width)
@@ -150,14 +154,17 @@ def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.Da
 
 
 def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: str, colour_by: str,
-                  stacked: bool, y_top: float | None, scale: dict) -> list[dict]:
+                  stacked: bool, y_top: float | None, scale: dict, y_domain: list[float] | None = None) -> list[dict]:
     """Lines (or a stack) for one panel, the highlight of the hovered x, and last, on top, the invisible
     layer that owns the hover: Vega-Lite's nearest-point cells sit above every mark and take the
-    pointer, so the tooltip lives on them, for the point nearest the pointer."""
+    pointer, so the tooltip lives on them, for the point nearest the pointer. `y_domain`: the data's
+    (layout.value_domain), where no fixed top applies."""
     overlay = colour_by == "run"
-    y_scale = ({"type": "log"} if name == "latency" else
+    fitted = {"domain": y_domain, "nice": True} if y_domain is not None else {}
+    y_scale = ({"type": "log", **fitted} if name == "latency" else
                {"zero": True, "domain": [0, y_top]} if y_top is not None else
-               {"zero": True, "domain": [0, percent_top(frame)]} if name == "utilisation" else {"zero": True})
+               {"zero": True, "domain": [0, percent_top(frame)]} if name == "utilisation" else
+               {"zero": True, **fitted})
     if stacked:
         colour = memory_colour(None, {"orient": "bottom", "columns": 3})
     else:
@@ -216,8 +223,11 @@ def _tradeoff_panel(frame: pd.DataFrame, markers: pd.DataFrame, data: Datasets, 
     the curve buys throughput with every user's speed. The knee markers and working point are ringed."""
     empty = frame.empty
     source = data.add(frame if not empty else pd.DataFrame(columns=TRADEOFF_COLUMNS))
-    x = quantitative("speed", title="output tokens/s per user (1000 / ITL P50, log)", scale={"type": "log"})
-    y = quantitative("value", title="output tokens/s", scale={"zero": True})
+    speeds, values = (value_domain(frame, (column,), log=column == "speed") for column in ("speed", "value"))
+    x = quantitative("speed", title="output tokens/s per user (1000 / ITL P50, log)",
+                     scale={"type": "log", **({"domain": speeds, "nice": True} if speeds else {})})
+    y = quantitative("value", title="output tokens/s", scale={"zero": True, **({"domain": values, "nice": True}
+                                                                              if values else {})})
     overlay = colour_by == "run"
     colour = nominal("run", title=None, scale=scale, legend=None) if overlay else {"value": "#4c78a8"}
     opacity = when(LEGEND, 1.0, 0.12) if overlay else {"value": 1.0}

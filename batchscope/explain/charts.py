@@ -145,10 +145,11 @@ def runs_chart(tables: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, s
     `level` = (column, value, label) draws a labelled horizontal line (an SLO) on that column's panel."""
     x = batch_x(*tables.values(), title=x_title)
     scale = alt.Scale(**palette.run_scale(list(tables)))
-    colour = alt.Color("run:N", title=legend, scale=scale, legend=alt.Legend(orient="bottom", columns=1, labelLimit=0))
-    # the points take the same colours on a channel of their own: a second legendless colour encoding made
-    # Vega-Lite warn of conflicting legends in every panel
-    fill = alt.Fill("run:N", scale=scale, legend=None)
+    key = alt.Legend(orient="bottom", columns=1, labelLimit=0)
+    colour = alt.Color("run:N", title=legend, scale=scale, legend=key)
+    # the points take the same colours on a channel of their own, with the same legend: Vega-Lite merges the two
+    # into one, where a legendless one made it warn of conflicting legends
+    fill = alt.Fill("run:N", title=legend, scale=scale, legend=key)
     charts_ = []
     for column, title, log in panels:
         found = []
@@ -212,7 +213,7 @@ def lines(frame: pd.DataFrame, x: alt.X, y_title: str, log: bool = False, top: f
     y = alt.Y("value:Q", title=y_title, scale=scale)
     colours = alt.Scale(**palette.series_scale(frame["series"]))
     colour = alt.Color("series:N", title=None, scale=colours, legend=alt.Legend(orient="bottom"))
-    fill = alt.Fill("series:N", scale=colours, legend=None)  # the points' colour (see runs_chart)
+    fill = alt.Fill("series:N", title=None, scale=colours, legend=alt.Legend(orient="bottom"))  # (see runs_chart)
     dash = alt.condition("datum.dashed", alt.value([6, 4]), alt.value([1, 0]))
     tooltip = [alt.Tooltip("series:N"), alt.Tooltip("x:Q", title="batch"),
                alt.Tooltip("value:Q", format=",.3~f")]
