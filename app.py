@@ -41,7 +41,7 @@ def home() -> None:
     for run in runs.head(LATEST_RUNS).to_dict("records"):
         links.page_link("app_pages/run.py", label=f"{run_title(run)} · {run['state']}",
                         query_params={"run": run["run_id"]})
-    chart.vega_lite_chart(spec=charts.best_throughput_chart(runs.head(LATEST_RUNS)), width="stretch")
+    chart.vega_lite_chart(spec=charts.best_throughput_chart(runs.head(LATEST_RUNS)), width="content")
 
 
 # A local image, not a :material/...: icon, whose favicon the browser fetches from a font CDN (offline: none).

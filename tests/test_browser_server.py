@@ -21,7 +21,7 @@ from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, serve_app
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.browser
-PAGES = {"run": CHART + " svg", "history": '[data-testid="stDataFrame"]', "explain": CHART + " svg",
+PAGES = {"": CHART + " svg", "run": CHART + " svg", "history": '[data-testid="stDataFrame"]', "explain": CHART + " svg",
          "explain?present=1": CHART + " svg", "new_sweep": 'h1:has-text("New sweep")'}
 UPSTREAM_PROBE = re.compile(r"^/(run|history|explain|new_sweep)/_stcore/(health|host-config)$")
 

@@ -361,6 +361,7 @@ def test_home_shows_each_latest_runs_best_throughput() -> None:
                                                                    ("b", 4201.3, "4 201 tok/s")]
     assert spec["encoding"]["x"]["field"] == "best" and spec["height"] == {"step": 22}
     assert spec["encoding"]["x"]["scale"]["domain"] == [0.0, 4201.3]  # never computed from a dataset in flight
+    assert spec["autosize"] == {"type": "pad"}  # a bar per row cannot also fit its container's height
 
 
 def test_a_panels_y_domain_is_its_datas_with_its_level_lines_and_stack_totals() -> None:

@@ -14,6 +14,10 @@ from batchscope.charts.palette import memory_colour
 from batchscope.charts.vega import nominal, quantitative
 from batchscope.units import value_text
 
+HOME_BARS_PX = 260  # the bars' width beside their labels in Home's narrower column, given in pixels: a chart asked to
+# fit its container cannot also give a bar per row (Vega-Lite drops the fit with a console warning)
+
+
 def best_throughput_chart(runs: pd.DataFrame) -> dict:
     """Home's glance at the latest runs: each one's best output tokens/s, coloured by how it ended (a
     cancelled one-point run reads as the stub it is)."""
@@ -23,9 +27,10 @@ def best_throughput_chart(runs: pd.DataFrame) -> dict:
         ["label", "best", "shown", "state", "points_ok"]]
     return {"$schema": "https://vega.github.io/schema/vega-lite/v6.json",
             "data": {"values": json.loads(frame.to_json(orient="records"))}, "height": {"step": 22},
+            "width": HOME_BARS_PX, "autosize": {"type": "pad"},
             "mark": {"type": "bar", "cornerRadiusEnd": 3},
             "encoding": {"y": nominal("label", title=None, sort=None, axis={"labelLimit": 200}),
-                         "x": quantitative("best", title="best output tokens/s",  # fixed: see value_domain
+                         "x": quantitative("best", title="best output tokens/s",  # fixed: see layout.value_domain
                                            scale={"domain": [0.0, float(frame["best"].max()) or 1.0], "nice": True}),
                          "color": nominal("state", title=None, legend={"orient": "bottom"}),
                          "tooltip": [nominal("label", title="run"), nominal("shown", title="best"), nominal("state"),
