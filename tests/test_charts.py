@@ -414,9 +414,13 @@ def test_every_series_keeps_one_colour_and_the_roofline_shares_none(run) -> None
     assert len({palette.series_colour(s) for s in ("TTFT P95", "queue wait (in TTFT) P95", "ITL P95", "E2E P95",
                                                    "roofline decode step")}) == 5
     explain = explain_charts.latency_chart(points).to_dict()
-    explain_scale = next(layer["encoding"]["color"]["scale"] for layer in explain["layer"]
+    explain_scale = next(layer["encoding"]["color"]["scale"] for layer in layers_of(explain)
                          if (layer.get("encoding", {}).get("color") or {}).get("field") == "series")
     assert dict(zip(explain_scale["domain"], explain_scale["range"]))["ITL P95"] == latency["ITL P95"]
+    legends = [layer["encoding"]["color"].get("legend") for layer in layers_of(explain)
+               if (layer.get("encoding", {}).get("color") or {}).get("field") == "series"]
+    assert len(legends) == 2 and legends[0] == legends[1] is not None  # line and points: one legend, drawn once,
+    assert any(len(child.get("layer", [])) == 2 for child in explain["layer"])  # as one layer of the panel's own
 
 
 def test_queue_wait_is_drawn_dashed_over_the_ttft_it_belongs_to() -> None:

@@ -145,11 +145,9 @@ def runs_chart(tables: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, s
     `level` = (column, value, label) draws a labelled horizontal line (an SLO) on that column's panel."""
     x = batch_x(*tables.values(), title=x_title)
     scale = alt.Scale(**palette.run_scale(list(tables)))
-    key = alt.Legend(orient="bottom", columns=1, labelLimit=0)
-    colour = alt.Color("run:N", title=legend, scale=scale, legend=key)
-    # the points take the same colours on a channel of their own, with the same legend: Vega-Lite merges the two
-    # into one, where a legendless one made it warn of conflicting legends
-    fill = alt.Fill("run:N", title=legend, scale=scale, legend=key)
+    # the points take the lines' very colour encoding, legend and all: one legend, where a legendless second
+    # encoding of the same field made Vega-Lite warn of conflicting legends
+    colour = alt.Color("run:N", title=legend, scale=scale, legend=alt.Legend(orient="bottom", columns=1, labelLimit=0))
     charts_ = []
     for column, title, log in panels:
         found = []
@@ -165,7 +163,7 @@ def runs_chart(tables: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, s
         tooltip = [alt.Tooltip("run:N", title=legend), alt.Tooltip("x:Q", title="x"),
                    alt.Tooltip("value:Q", format=",.2f")]
         layers = [base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour),
-                  base.mark_point(size=50, filled=True).encode(x=x, y=y, fill=fill, tooltip=tooltip)]
+                  base.mark_point(size=50, filled=True).encode(x=x, y=y, color=colour, tooltip=tooltip)]
         if level is not None and level[0] == column:
             layers += level_rule(level[1], level[2], MISSES)
         charts_.append(alt.layer(*layers).properties(title=titled(frame, title), width=WIDTH // len(panels) - 30,
@@ -201,7 +199,7 @@ def batch_x(*tables: pd.DataFrame, extra: tuple[float, ...] = (), title: str = "
 
 
 def lines(frame: pd.DataFrame, x: alt.X, y_title: str, log: bool = False, top: float | None = None
-          ) -> list[alt.Chart]:
+          ) -> list[alt.LayerChart]:
     """One line per series in its palette colour, with points and a tooltip; series flagged `dashed`, and
     those the palette draws dashed (predictions, a part over its whole), are dashed. `top` fixes the y
     axis's top (100 for percentages)."""
@@ -213,12 +211,13 @@ def lines(frame: pd.DataFrame, x: alt.X, y_title: str, log: bool = False, top: f
     y = alt.Y("value:Q", title=y_title, scale=scale)
     colours = alt.Scale(**palette.series_scale(frame["series"]))
     colour = alt.Color("series:N", title=None, scale=colours, legend=alt.Legend(orient="bottom"))
-    fill = alt.Fill("series:N", title=None, scale=colours, legend=alt.Legend(orient="bottom"))  # (see runs_chart)
     dash = alt.condition("datum.dashed", alt.value([6, 4]), alt.value([1, 0]))
     tooltip = [alt.Tooltip("series:N"), alt.Tooltip("x:Q", title="batch"),
                alt.Tooltip("value:Q", format=",.3~f")]
-    return [base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour, strokeDash=dash),
-            base.mark_point(size=60, filled=True).encode(x=x, y=y, fill=fill, tooltip=tooltip)]
+    # one layer of its own: its line and points share one colour scale and so one legend, while the panel keeps
+    # the marker rules' colours apart (resolve independent)
+    return [alt.layer(base.mark_line(strokeWidth=2.5).encode(x=x, y=y, color=colour, strokeDash=dash),
+                      base.mark_point(size=60, filled=True).encode(x=x, y=y, color=colour, tooltip=tooltip))]
 
 
 def marker_rules(markers: pd.DataFrame, x: alt.X) -> list[alt.Chart]:
