@@ -102,6 +102,9 @@ def test_pages_with_stored_runs_show_charts_markers_table_and_overlay(home, tiny
     run_page.session_state["timeline_open_tiny-cpu"] = True  # opened: its chart is drawn
     linked, steps = run_page.run().get("vega_lite_chart")  # the four linked panels, one point's steps over time
     assert "output tokens/s" in linked.proto.spec and "time in the repeat (s)" in steps.proto.spec
+    # the linked panels' rows travel in the spec (charts.vega.inline_datasets), not as one Arrow table each
+    assert not linked.proto.datasets and not linked.proto.data.data
+    assert '"values": [{"run": "tiny-cpu"' in linked.proto.spec
     sentences = " ".join(texts(run_page, "markdown"))
     assert "Every measured batch meets the" in sentences and "is recommended" in sentences
     assert [b.proto.label for b in run_page.get("download_button")] == [
