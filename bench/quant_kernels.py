@@ -1,6 +1,7 @@
 """One Llama layer's four matmuls, bfloat16 vs one-byte weights, per kernel and row count (GPU only).
 
-    python bench/quant_kernels.py [--model llama-3.1-8b] [--rows 1,2,4,...] [--tune 1,16,64,256] [--json PATH]
+    python bench/quant_kernels.py [--model llama-3.1-8b] [--rows 1,2,4,...] [--tune 1,16,64,256]
+                                  [--grid tile|one-row|both] [--json PATH]
 
 Times, per row count, each layer's four products (fused QKV, o_proj, fused gate/up, down) through:
 bf16 `F.linear`; the Triton kernel (`runners.engines.kernels.quant_kernels`) on fp8 and on int8 weights; and
@@ -12,8 +13,10 @@ count calls for), per matrix as well. Before timing, the engine's setup choices 
 in float16) to show why each dtype multiplies in the one it does. Each variant is one CUDA graph over LAYERS distinct copies of the
 weights (more bytes than L2 holds, as in a decode step), replayed REPLAYS times; the median replay
 divided by LAYERS is one layer's time. Also each variant's relative error against the float32
-product of the dequantised weights, and with `--tune` every tile configuration of TUNE_GRID per
-matrix (the numbers behind `quant_kernels.CANDIDATES`). Prints a table; `--json` keeps everything.
+product of the dequantised weights, and with `--tune` every configuration of TUNE_GRIDS per matrix (`--grid`:
+the 16-row tiles, the one-row kernel's, or both; the numbers behind `quant_kernels.CANDIDATES` and
+`ONE_ROW_CANDIDATES`). At one row, lm_head quantised too (fp8, int8), each with its chosen config.
+Prints a table; `--json` keeps everything.
 """
 from __future__ import annotations
 
@@ -36,8 +39,13 @@ from runners.engines.kernels import int8_gemm, quant, quant_kernels
 from runners.engines.kernels.quant_kernels import TileConfig  # noqa: E402
 
 LAYERS, REPLAYS = 6, 15
-TUNE_GRID = [TileConfig(16, bn, bk, w, s) for bn, bk, w, s in itertools.product(
-    (16, 32, 64), (256, 512, 1024), (4, 8), (3, 5))]  # rows ≤ 16: one row tile, weights streamed
+TUNE_GRIDS = {  # rows ≤ 16: one row tile, weights streamed; one row: the CUDA-core kernel, with split-K
+    "tile": [TileConfig(16, bn, bk, w, s) for bn, bk, w, s in itertools.product(
+        (16, 32, 64), (256, 512, 1024), (4, 8), (3, 5))],
+    "one-row": [TileConfig(1, bn, bk, w, 1, sk) for bn, bk, w, sk in itertools.product(
+        (8, 16, 32), (256, 512, 1024), (4, 8), (1, 2, 4))] + [TileConfig(1, bn, bk, 4, 3, sk) for bn, bk, sk in
+                                                              ((16, 512, 1), (16, 512, 4), (32, 256, 2))],
+}
 
 
 def layer_shapes(model: str) -> dict[str, tuple[int, int]]:
@@ -71,6 +79,7 @@ def main() -> None:
     parser.add_argument("--model", default="llama-3.1-8b")
     parser.add_argument("--rows", default="1,2,4,8,16,32,64,128,256,512")
     parser.add_argument("--tune", default="", help="row counts to tune tiles at, e.g. 1,16,64,256")
+    parser.add_argument("--grid", choices=[*TUNE_GRIDS, "both"], default="both", help="which configs --tune times")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     dev = torch.device("cuda")
@@ -117,9 +126,17 @@ def main() -> None:
         head = torch.randn(models.model_config(args.model).vocab_size, next(iter(shapes.values()))[1], device=dev,
                            dtype=torch.bfloat16)
         row["lm_head bf16"] = graph_ms(lambda: F.linear(xs["wqkv"], head))  # every dtype keeps it bfloat16
+        if rows == 1:  # what a one-byte lm_head would take
+            for d in ("fp8", "int8"):
+                qh = quant.quantize(head, d)
+                row[f"lm_head {d} config"] = [list(c) for c in quant_kernels.choose([(qh.q, qh.scale)], torch.bfloat16)]
+                row[f"lm_head {d}"] = graph_ms(lambda: quant_kernels.w8_matmul(xs["wqkv"], qh.q, qh.scale))
+                del qh
+            print("   lm_head ms:", {k: row[k] for k in row if k.startswith("lm_head")}, flush=True)
         del head
         if str(rows) in args.tune.split(","):
-            row["tune"] = tune(xs, weights, shapes)
+            grid = [c for name, g in TUNE_GRIDS.items() if args.grid in (name, "both") for c in g]
+            row["tune"] = tune(xs, weights, shapes, grid)
         results.append(row)
         print(" | ".join([f"rows {rows:4d}", f"bf16 {row['bf16']:.4f} ms"]
                          + [f"{k} {row[k] / row['bf16']:.2f}x" for k in variants if k != "bf16" and k in row]), flush=True)
@@ -129,7 +146,9 @@ def main() -> None:
                                     if k.endswith("per matrix")}, flush=True)
         if "tune" in row:
             for d, per in row["tune"].items():
-                print(f"   best {d}:", {n: per[n][:2] for n in per}, flush=True)
+                print(f"   best {d}:", {n: per[n][:3] for n in per}, flush=True)
+                print(f"   best {d} TB/s:", {n: round(shapes[n][0] * shapes[n][1] / per[n][0][0] / 1e9, 2)
+                                           for n in per if per[n]}, flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "triton": __import__("triton").__version__, "model": args.model, "shapes": shapes, "default":
             list(quant_kernels.DEFAULT), "candidates": [list(c) for c in quant_kernels.CANDIDATES], "chosen": chosen}
@@ -144,17 +163,17 @@ def choose_as_setup_does(weights: dict, shapes: dict) -> dict:
     for dtype, layers in weights.items():
         for n in shapes:
             pairs = [(layer[n].q, layer[n].scale) for layer in layers]
-            chosen[f"{dtype} {n} stream"] = list(quant_kernels.choose(pairs, torch.bfloat16))
+            chosen[f"{dtype} {n} stream"] = [list(c) for c in quant_kernels.choose(pairs, torch.bfloat16)]
             if dtype == "int8":
                 chosen[f"int8 {n} gemm"] = [c and list(c) for c in quant.choose_int8_gemm(pairs, torch.bfloat16)]
     print("   chosen:", chosen, flush=True)
     return chosen
 
 
-def precompile(xs: dict, weights: dict, shapes: dict) -> None:
+def precompile(xs: dict, weights: dict, shapes: dict, grid: list[TileConfig]) -> None:
     """Compile every (config, dtype, K) in parallel threads (ptxas runs as a subprocess), so tuning
     times kernels instead of waiting on one compile after another."""
-    jobs = [(c, layers[0][n], xs[n]) for c in TUNE_GRID for layers in weights.values() for n in shapes]
+    jobs = [(c, layers[0][n], xs[n]) for c in grid for layers in weights.values() for n in shapes]
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda job: _try(lambda: quant_kernels.w8_matmul(job[2], job[1].q, job[1].scale, job[0])), jobs))
     torch.cuda.synchronize()
@@ -167,15 +186,15 @@ def _try(fn: Callable[[], object]) -> None:
         print("   precompile failed:", type(err).__name__, str(err)[:120], flush=True)
 
 
-def tune(xs: dict, weights: dict, shapes: dict) -> dict[str, dict[str, list]]:
-    """Per dtype and matrix, every config's ms for that matrix, fastest first (failures skipped)."""
-    precompile(xs, weights, shapes)
+def tune(xs: dict, weights: dict, shapes: dict, grid: list[TileConfig]) -> dict[str, dict[str, list]]:
+    """Per dtype and matrix, every config of `grid`'s ms for that matrix, fastest first (failures skipped)."""
+    precompile(xs, weights, shapes, grid)
     out: dict[str, dict[str, list]] = {}
     for dtype, layers in weights.items():
         out[dtype] = {}
         for n in shapes:
             timed = []
-            for c in TUNE_GRID:
+            for c in grid:
                 try:
                     ms = graph_ms(lambda: [quant_kernels.w8_matmul(xs[n], layer[n].q, layer[n].scale, c)
                                            for layer in layers]) / LAYERS

@@ -57,7 +57,9 @@ def test_triton_kernel_matches_dequantised_reference(dtype: str, rows: int) -> N
     x = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16)
     qw = quant.quantize(w, dtype)
     ref = x.float() @ quant.dequantize(qw).T
-    for config in [*quant_kernels.CANDIDATES, quant_kernels.TileConfig(64, 64, 128, 4, 3)]:
+    configs = [*quant_kernels.CANDIDATES, *quant_kernels.ONE_ROW_CANDIDATES,  # one-row kernel: any row count is right
+               quant_kernels.TileConfig(64, 64, 128, 4, 3)]
+    for config in configs:
         out = quant_kernels.w8_matmul(x, qw.q, qw.scale, config)
         assert out.dtype == torch.bfloat16
         assert float((out.float() - ref).norm() / ref.norm()) < 0.005  # bfloat16 output rounding only

@@ -21,14 +21,19 @@ import torch
 from runners.engines.kernels import int8_gemm, quant, quant_kernels
 torch.manual_seed(0)
 worst = 0.0
+# the one-row kernel (a program per row: few rows here, the interpreter is slow): an edge in N, edges in K with
+# split-K, and no edge at all (EVEN: no masks)
+ONE_ROW = [quant_kernels.TileConfig(1, 32, 32, 4, 1), quant_kernels.TileConfig(1, 16, 64, 4, 1, 3),
+           quant_kernels.TileConfig(1, 16, 16, 4, 1, 2)]
 for dtype in ("int8", "fp8"):
     for rows, out, inner in [(1, 48, 96), (3, 64, 320), (17, 80, 128), (40, 208, 272), (130, 144, 64)]:
         qw = quant.quantize(torch.randn(out, inner) * 0.02, dtype)  # fp8 needs sizes divisible by 16
         x = torch.randn(rows, inner, dtype=torch.float16)
         ref = x.float() @ quant.dequantize(qw).T
-        for config in [quant_kernels.DEFAULT, quant_kernels.TileConfig(32, 64, 128, 4, 3),
+        for config in ([quant_kernels.DEFAULT, quant_kernels.TileConfig(32, 64, 128, 4, 3),
                        quant_kernels.TileConfig(64, 16, 64, 4, 3), quant_kernels.TileConfig(16, 32, 64, 4, 3, 2),
-                       quant_kernels.TileConfig(16, 16, 32, 4, 3, 3)]:  # split-K: K ranges of unequal length
+                       quant_kernels.TileConfig(16, 16, 32, 4, 3, 3)]  # split-K: K ranges of unequal length
+                       + ONE_ROW * (rows <= 17)):
             got = quant_kernels.w8_matmul(x, qw.q, qw.scale, config)
             assert got.dtype == torch.float16 and got.shape == (rows, out)
             worst = max(worst, float((got.float() - ref).norm() / ref.norm()))

@@ -145,22 +145,23 @@ def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: 
             "quant_accuracy": checks, "quant_tiles": tiles or None, **model_summary(errors), LAYER_ERRORS: errors}
 
 
-def warm_kernels(decoder: FastDecoder) -> dict[str, list[int]]:
+def warm_kernels(decoder: FastDecoder) -> dict[str, list | dict]:
     """Choose each matrix's Triton tile on this GPU (and, for int8, the tensor-core kernel per row bucket),
     then run every matrix once on each side of the tensor-core switch, so every kernel compiles (and cuBLAS
     picks its one-byte algorithm) in setup, never inside a measured step. Returns the chosen tiles
-    (model.json's quant_tiles: the streaming tile, and under NAME int8 the GEMM tiles per bucket, null for
-    `_int_mm`)."""
+    (model.json's quant_tiles: the streaming tile for 2…16 rows and the config for one row, and under NAME int8
+    the GEMM tiles per bucket, null for `_int_mm`)."""
     if decoder.device.type != "cuda":
         return {}
     from runners.engines.kernels import quant_kernels
-    tiles: dict[str, list] = {}
+    tiles: dict[str, list | dict] = {}
     for name in MATRICES:
         weights = [getattr(layer, name) for layer in decoder.layers]
         w = weights[0]
         pairs = [(m.q, m.scale) for m in weights]
         if w.tensor_core_rows > 0:
-            tiles[name] = list(quant_kernels.choose(pairs, decoder.dtype))
+            chosen = quant_kernels.choose(pairs, decoder.dtype)
+            tiles[name] = {rows: list(config) for rows, config in chosen._asdict().items()}
         if w.q.dtype == torch.int8:
             tiles[f"{name} int8"] = [c and list(c) for c in choose_int8_gemm(pairs, decoder.dtype)]
         for rows in {1, w.tensor_core_rows + 1}:

@@ -52,7 +52,22 @@ CANDIDATES = (DEFAULT, TileConfig(16, 64, 512, 4, 3), TileConfig(16, 32, 1024, 4
               TileConfig(16, 32, 256, 4, 5), TileConfig(16, 32, 256, 4, 3), TileConfig(16, 64, 256, 4, 4),
               TileConfig(16, 16, 256, 4, 4), TileConfig(16, 32, 256, 4, 4, 2), TileConfig(16, 32, 256, 4, 4, 4),
               TileConfig(16, 64, 256, 4, 4, 4), TileConfig(16, 32, 512, 4, 3, 4), TileConfig(16, 64, 512, 4, 3, 8))
-CHOSEN: dict[tuple[int, int, torch.dtype], TileConfig] = {}
+# One row (decode at batch 1) runs best without a 16-row tile: the one-row kernel (block_m 1) streams the
+# weights through the CUDA cores. Setup times these beside CANDIDATES on one row and keeps the faster. They
+# are the three fastest per 8B matrix and dtype of a 57-config search on the H200 (docs/quantisation.md).
+ONE_ROW_CANDIDATES = (TileConfig(1, 8, 512, 8, 1), TileConfig(1, 16, 512, 8, 1), TileConfig(1, 8, 512, 4, 1),
+                      TileConfig(1, 8, 1024, 4, 1), TileConfig(1, 16, 256, 4, 1), TileConfig(1, 32, 256, 8, 1),
+                      TileConfig(1, 16, 512, 8, 1, 2), TileConfig(1, 32, 256, 8, 1, 4), TileConfig(1, 8, 1024, 4, 1, 4))
+
+
+class Chosen(NamedTuple):
+    """Setup's choice for one weight shape: the tile for 2…TENSOR_CORE_ROWS rows, and the config for one row."""
+
+    rows: TileConfig
+    one_row: TileConfig
+
+
+CHOSEN: dict[tuple[int, int, torch.dtype], Chosen] = {}
 TIMED_REPLAYS = 3
 _ARRIVALS: dict[tuple[torch.device, int], Tensor] = {}  # per device and tile count: the split-K counters
 
@@ -63,9 +78,13 @@ def on_device(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def config_for(n: int, k: int, dtype: torch.dtype) -> TileConfig:
-    """The tile configuration for an [N, K] weight of `dtype`: the one setup chose, else DEFAULT."""
-    return CHOSEN.get((n, k, dtype), DEFAULT)
+def config_for(n: int, k: int, dtype: torch.dtype, rows: int) -> TileConfig:
+    """The configuration for a `rows`-row product with an [N, K] weight of `dtype`: the one setup chose for
+    one row or for more, else DEFAULT."""
+    chosen = CHOSEN.get((n, k, dtype))
+    if chosen is None:
+        return DEFAULT
+    return chosen.one_row if rows == 1 else chosen.rows
 
 
 def graph_replay_ms(fn: Callable[[], object], replays: int) -> list[float]:
@@ -90,20 +109,45 @@ def graph_replay_ms(fn: Callable[[], object], replays: int) -> list[float]:
     return times
 
 
-def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> TileConfig:
+def choose(weights: list[tuple[Tensor, Tensor]], x_dtype: torch.dtype) -> Chosen:
     """Time every candidate on one-row products with each of `weights` (all the layers' copies of one
     matrix: more bytes than L2 holds, as in a decode step), each candidate as one CUDA graph, its best
-    of TIMED_REPLAYS replays; keep and return the fastest. Runs in setup, compiles included."""
+    of TIMED_REPLAYS replays; keep and return the fastest tile (for up to TENSOR_CORE_ROWS rows: a tile
+    streams the weights once whatever its row count) and the fastest of all for one row. Runs in setup,
+    compiles included."""
     q0 = weights[0][0]
     with on_device(q0.device):
         x = torch.randn(1, q0.shape[1], dtype=x_dtype, device=q0.device)
-        best: tuple[float, TileConfig] | None = None
-        for config in CANDIDATES:
-            fastest = min(graph_replay_ms(lambda: [w8_matmul(x, q, s, config) for q, s in weights], TIMED_REPLAYS))
-            if best is None or fastest < best[0]:
-                best = (fastest, config)
-    CHOSEN[(q0.shape[0], q0.shape[1], q0.dtype)] = best[1]
-    return best[1]
+        timed = {config: min(graph_replay_ms(lambda: [w8_matmul(x, q, s, config) for q, s in weights], TIMED_REPLAYS))
+                 for config in CANDIDATES + ONE_ROW_CANDIDATES}
+    chosen = Chosen(min(CANDIDATES, key=timed.__getitem__), min(timed, key=timed.__getitem__))
+    CHOSEN[(q0.shape[0], q0.shape[1], q0.dtype)] = chosen
+    return chosen
+
+
+@triton.jit
+def _store_tile(acc, rows, cols, M, N, stride_om, scale_ptr, out_ptr, partial_ptr, arrivals_ptr, tile, pid_k, width,
+                SPLIT_K: tl.constexpr):
+    """Scale a [rows, cols] float32 tile by its columns' scales and store it; split in K, the partial sums
+    [SPLIT_K, width, N] wait until the program arriving last at the tile's counter (acq_rel, after a barrier:
+    the CTA's stores are published first) adds them, stores, and resets the counter."""
+    out_mask = (rows[:, None] < M) & (cols[None, :] < N)
+    if SPLIT_K > 1:
+        here = partial_ptr + rows[:, None] * N + cols[None, :]
+        tl.store(here + pid_k * width * N, acc, mask=cols[None, :] < N)
+        tl.debug_barrier()
+        if tl.atomic_add(arrivals_ptr + tile, 1) == SPLIT_K - 1:
+            acc = tl.zeros(acc.shape, dtype=tl.float32)
+            for split in tl.static_range(SPLIT_K):
+                acc += tl.load(here + split * width * N, mask=cols[None, :] < N, other=0.0, cache_modifier=".cg")
+            scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
+            tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :],
+                     (acc * scale[None, :]).to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.atomic_xchg(arrivals_ptr + tile, 0)
+    else:
+        scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
+        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :],
+                 (acc * scale[None, :]).to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -129,27 +173,41 @@ def _w8_matmul_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, partial_ptr, arrivals_pt
             acc = tl.dot(x.to(tl.float16), tl.trans(w.to(tl.float16)), acc)
         else:
             acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
-    out_mask = (rows[:, None] < M) & (cols[None, :] < N)
-    if SPLIT_K > 1:
-        # the partial sums [SPLIT_K, row tiles × BLOCK_M, N]; the program that arrives last at its tile's
-        # counter (acq_rel, after a barrier: the CTA's stores are published first) adds them and resets it
-        width = tl.num_programs(0) * BLOCK_M
-        here = partial_ptr + rows[:, None] * N + cols[None, :]
-        tl.store(here + pid_k * width * N, acc, mask=cols[None, :] < N)
-        tl.debug_barrier()
-        tile = pid_m * tl.num_programs(1) + pid_n
-        if tl.atomic_add(arrivals_ptr + tile, 1) == SPLIT_K - 1:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for split in tl.static_range(SPLIT_K):
-                acc += tl.load(here + split * width * N, mask=cols[None, :] < N, other=0.0, cache_modifier=".cg")
-            scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
-            tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :],
-                     (acc * scale[None, :]).to(out_ptr.dtype.element_ty), mask=out_mask)
-            tl.atomic_xchg(arrivals_ptr + tile, 0)
-    else:
-        scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)
-        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :],
-                 (acc * scale[None, :]).to(out_ptr.dtype.element_ty), mask=out_mask)
+    _store_tile(acc, rows, cols, M, N, stride_om, scale_ptr, out_ptr, partial_ptr, arrivals_ptr,
+                pid_m * tl.num_programs(1) + pid_n, pid_k, tl.num_programs(0) * BLOCK_M, SPLIT_K)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _w8_gemv_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, partial_ptr, arrivals_ptr, M, N, stride_xm, stride_wn,
+                    stride_om, K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                    EVEN: tl.constexpr, W_INT8: tl.constexpr):
+    """One row per program row (grid axis 0), no tensor cores: each program multiplies a [BLOCK_N, BLOCK_K]
+    weight tile by the row's K slice on the CUDA cores and sums over K once at the end, so no tile is padded
+    to 16 rows and nothing waits on a matrix instruction between loads. EVEN: no edge in N or K, no masks."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    steps: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
+    per_split: tl.constexpr = (steps + SPLIT_K - 1) // SPLIT_K
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for i in range(0, per_split):
+        k = (pid_k * per_split + i) * BLOCK_K + ks
+        if EVEN:
+            x = tl.load(x_ptr + pid_m * stride_xm + k)
+            w = tl.load(w_ptr + cols[:, None] * stride_wn + k[None, :])
+        else:
+            x = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0)
+            w = tl.load(w_ptr + cols[:, None] * stride_wn + k[None, :], mask=(cols[:, None] < N) & (k[None, :] < K),
+                        other=0.0)
+        if W_INT8:  # v + 2²³ + 128 as float32 bits, minus that: 4 integer/float ops, none of them I2F, which runs
+            # at a quarter of their rate on Hopper and bounded int8 at ≈ 2 TB/s here (docs/quantisation.md)
+            w = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+        acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+    rows = pid_m + tl.zeros((1,), dtype=tl.int32)
+    _store_tile(tl.sum(acc, axis=1)[None, :], rows, cols, M, N, stride_om, scale_ptr, out_ptr, partial_ptr,
+                arrivals_ptr, pid_m * tl.num_programs(1) + pid_n, pid_k, tl.num_programs(0), SPLIT_K)
 
 
 def _arrivals(device: torch.device, tiles: int) -> Tensor:
@@ -162,11 +220,13 @@ def _arrivals(device: torch.device, tiles: int) -> Tensor:
 
 def w8_matmul(x: Tensor, q: Tensor, scale: Tensor, config: TileConfig | None = None,
               dot_f16: bool | None = None) -> Tensor:
-    """x [M, K] (bfloat16/float16, unit stride in K) @ q [N, K]ᵀ (int8 or float8_e4m3fn) × scale [N].
-    `dot_f16` (default: for fp8 weights) multiplies in float16; bench/quant_kernels.py times both."""
+    """x [M, K] (bfloat16/float16, unit stride in K) @ q [N, K]ᵀ (int8 or float8_e4m3fn) × scale [N], by the
+    tile kernel, or by the one-row kernel when the config's block_m is 1 (any M is right; past one row it
+    reads the weights once a row). `dot_f16` (default: for fp8 weights) makes the tile kernel multiply in
+    float16; bench/quant_kernels.py times both."""
     m, k = x.shape
     n = q.shape[0]
-    c = config or config_for(n, k, q.dtype)
+    c = config or config_for(n, k, q.dtype, m)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(m, c.block_m), triton.cdiv(n, c.block_n), c.split_k)
     if c.split_k > 1:
@@ -174,11 +234,17 @@ def w8_matmul(x: Tensor, q: Tensor, scale: Tensor, config: TileConfig | None = N
         arrivals = _arrivals(x.device, grid[0] * grid[1])
     else:
         partial = arrivals = out  # not read: the one-range kernel stores its tile directly
+    args = (x, q, scale, out, partial, arrivals, m, n, x.stride(0), q.stride(0), out.stride(0))
     with on_device(x.device):
-        _w8_matmul_kernel[grid](x, q, scale, out, partial, arrivals, m, n, x.stride(0), q.stride(0), out.stride(0),
-                                K=k, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
-                                DOT_F16=q.dtype == torch.float8_e4m3fn if dot_f16 is None else dot_f16,
-                                SPLIT_K=c.split_k, num_warps=c.num_warps, num_stages=c.num_stages)
+        if c.block_m == 1:
+            _w8_gemv_kernel[grid](*args, K=k, BLOCK_N=c.block_n, BLOCK_K=c.block_k, SPLIT_K=c.split_k,
+                                  EVEN=n % c.block_n == 0 and k % (c.block_k * c.split_k) == 0,
+                                  W_INT8=q.dtype == torch.int8,
+                                  num_warps=c.num_warps, num_stages=c.num_stages)
+        else:
+            _w8_matmul_kernel[grid](*args, K=k, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+                                    DOT_F16=q.dtype == torch.float8_e4m3fn if dot_f16 is None else dot_f16,
+                                    SPLIT_K=c.split_k, num_warps=c.num_warps, num_stages=c.num_stages)
     return out
 
 
