@@ -14,10 +14,12 @@
 # (no duckdb or streamlit).
 # Usage: bench/endpoint_vs_inprocess.sh [MODEL=llama-3.1-8b]   env: OUT_DIR, DEVICE (cuda), WORKLOADS
 # ("fixed chat"), LOAD_SETS ("low high"), SIDES ("inprocess served"), THINK_MS (0), PORT, PY.
-# THINK_MS gives the in-process clients a think time (--think-ms): with none, each next request arrives at the
-# end of the step that finished the last and never waits for a step in flight, where a network client's
-# turnaround (the served table's flush + downlink + client + uplink + parse) lands it inside the next step. Set
-# it to that turnaround for the reference with the served side's arrival phase (docs/design.md §2). DEVICE=cpu WORKLOADS=fixed with MODEL=tiny tries the script on a laptop (the
+# THINK_MS gives the clients of both sides the same think time (--think-ms): with none, each in-process client's
+# next request arrives at the end of the step that finished its last and never waits for a step in flight,
+# where a network client's turnaround (the served table's flush + downlink + client + uplink + parse) lands it
+# inside the next step. With a few ms both sides' requests arrive off the step boundary, so the two differ only
+# by the server and the network (docs/design.md §2).
+# DEVICE=cpu WORKLOADS=fixed with MODEL=tiny tries the script on a laptop (the
 # chat workload's longest requests are over tiny's 2048-token context).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,7 +98,7 @@ for workload in $WORKLOADS; do
     # shellcheck disable=SC2086
     "$PY" -m runners sweep --out "$OUT/served-$workload-$load" "${COMMON[@]}" ${LENGTHS[$workload]} \
       --engine endpoint --url "http://127.0.0.1:$PORT/v1" \
-      --concurrency "${LOADS[$load]}" --num-requests "${REQUESTS[$workload-$load]}" || true
+      --concurrency "${LOADS[$load]}" --num-requests "${REQUESTS[$workload-$load]}" --think-ms "$THINK_MS" || true
   done
 done
 kill "$SERVER"
