@@ -2,7 +2,9 @@
 in-process and through `runners serve` (and their ratio: the bar is ≥ 0.90), TTFT and ITL P50 of both, and
 the served TTFT's P50 part by part (runners.results.schemas.TTFT_PARTS: the client's dispatch, uplink, the server's
 parsing, the wait for the step in flight, the scheduler's queue, prefill, flush, downlink), with the clock
-offset's error.
+offset's error. With several repeats a point's TTFT P50 is also given per repeat (lowest–highest of the
+repeats' own P50s, from the requests' rows), so a gap between the sides can be read against each side's
+spread between runs of the same requests.
 
 Reads run folders named `inprocess-<workload>-*` and `served-<workload>-*` with pyarrow only (the GPU host
 has no DuckDB). Usage: endpoint_table.py OUT_DIR
@@ -16,18 +18,41 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from runners.metrics.stats import percentile
+from runners.results import contract
 from runners.results.schemas import TTFT_PARTS
 
 PART_NAMES = [part.removeprefix("ttft_").removesuffix("_ms") for part in TTFT_PARTS]
 
 
 def summaries(out: Path, side: str, workload: str | None = None) -> dict[int, dict]:
-    """Point summaries of one side's sweeps (of one workload, where a folder names several), by concurrency."""
+    """Point summaries of one side's sweeps (of one workload, where a folder names several), by concurrency;
+    each row also says its run folder (`folder`)."""
     rows = {}
     for path in sorted(out.glob(f"{side}-{workload + '-' if workload else ''}*/points/*.summary.parquet")):
         row = pq.read_table(path).to_pylist()[0]
-        rows[row["concurrency"] or row["batch_size"]] = row
+        rows[row["concurrency"] or row["batch_size"]] = {**row, "folder": path.parent.parent}
     return rows
+
+
+def ttft_p50_per_repeat(folder: Path, point_index: int) -> list[float]:
+    """Each repeat's own TTFT P50 at one point (ms, in repeat order), from its requests' rows."""
+    path = folder / "points" / contract.point_file(point_index, "requests")
+    if not path.is_file():
+        return []
+    by_repeat: dict[int, list[float]] = {}
+    for row in pq.read_table(path, columns=["repeat", "ttft_ms"]).to_pylist():
+        if row["ttft_ms"] is not None:
+            by_repeat.setdefault(row["repeat"], []).append(row["ttft_ms"])
+    return [percentile(by_repeat[r], 50) for r in sorted(by_repeat)]
+
+
+def spread(row: dict | None, folder: Path | None) -> str:
+    """'lowest–highest' of a point's per-repeat TTFT P50s; '—' with fewer than two repeats."""
+    if row is None or folder is None:
+        return "—"
+    p50s = ttft_p50_per_repeat(folder, row["point_index"])
+    return f"{min(p50s):,.1f}–{max(p50s):,.1f}" if len(p50s) > 1 else "—"
 
 
 def cell(row: dict | None, key: str, digits: int = 1) -> str:
@@ -42,16 +67,19 @@ def cell(row: dict | None, key: str, digits: int = 1) -> str:
 def table(out: Path, workload: str) -> list[str]:
     local, served = summaries(out, "inprocess", workload), summaries(out, "served", workload)
     lines = [f"### {workload}", "",
-             "| concurrency | out tok/s in / served | served / in | TTFT P50 in / served ms | ITL P50 in / served ms | "
+             "| concurrency | out tok/s in / served | served / in | TTFT P50 in / served ms | "
+             "TTFT P50 per repeat in / served ms | ITL P50 in / served ms | "
              + " | ".join(PART_NAMES) + " | clock ± ms | failed requests |",
-             "|---" * (7 + len(PART_NAMES)) + "|"]
+             "|---" * (8 + len(PART_NAMES)) + "|"]
     for c in sorted(set(local) | set(served)):
         a, b = local.get(c), served.get(c)
         ok = a is not None and b is not None and a["status"] == b["status"] == "ok"
         ratio = f"{b['output_tokens_per_s'] / a['output_tokens_per_s']:.3f}" if ok else "—"
         parts = " | ".join(cell(b, f"{part}_p50", 2) for part in TTFT_PARTS)
         lines.append(f"| {c} | {cell(a, 'output_tokens_per_s')} / {cell(b, 'output_tokens_per_s')} | {ratio} | "
-                     f"{cell(a, 'ttft_ms_p50')} / {cell(b, 'ttft_ms_p50')} | {cell(a, 'itl_ms_p50', 2)} / "
+                     f"{cell(a, 'ttft_ms_p50')} / {cell(b, 'ttft_ms_p50')} | "
+                     f"{spread(a, (a or {}).get('folder'))} / {spread(b, (b or {}).get('folder'))} | "
+                     f"{cell(a, 'itl_ms_p50', 2)} / "
                      f"{cell(b, 'itl_ms_p50', 2)} | {parts} | {cell(b, 'clock_error_ms', 3)} | "
                      f"{(b or {}).get('error') or 'none'} |")
     return lines + [""]

@@ -13,7 +13,9 @@
 # in-process sweeps 3.5 min, the server's start 50 s, the served sweeps ≈ 1.5 min): give it a call alone. Needs on the host: python3 with torch (CUDA), transformers, pyarrow, nvidia-ml-py, aiohttp
 # (no duckdb or streamlit).
 # Usage: bench/endpoint_vs_inprocess.sh [MODEL=llama-3.1-8b]   env: OUT_DIR, DEVICE (cuda), WORKLOADS
-# ("fixed chat"), LOAD_SETS ("low high"), SIDES ("inprocess served"), THINK_MS (0), PORT, PY.
+# ("fixed chat"), LOAD_SETS ("low high"), SIDES ("inprocess served"), THINK_MS (0), REPEATS (1), PORT, PY.
+# REPEATS runs each point's requests that many times on both sides: the table then gives each point's TTFT P50
+# per repeat (lowest–highest), the spread a one-run P50 hides.
 # THINK_MS gives the clients of both sides the same think time (--think-ms): with none, each in-process client's
 # next request arrives at the end of the step that finished its last and never waits for a step in flight,
 # where a network client's turnaround (the served table's flush + downlink + client + uplink + parse) lands it
@@ -32,7 +34,8 @@ WORKLOADS=${WORKLOADS:-fixed chat}
 LOAD_SETS=${LOAD_SETS:-low high}
 SIDES=${SIDES:-inprocess served}
 THINK_MS=${THINK_MS:-0}
-COMMON=(--model "$MODEL" --dtype bfloat16 --device "$DEVICE" --seed 0 --warmup 0 --repeats 1 --replays 0
+REPEATS=${REPEATS:-1}
+COMMON=(--model "$MODEL" --dtype bfloat16 --device "$DEVICE" --seed 0 --warmup 0 --repeats "$REPEATS" --replays 0
         --target-interval 0 --no-calibrate --slo-metric ttft --slo-ms 1000)
 declare -A LENGTHS=([fixed]="--prompt-len fixed:256 --output-len fixed:64"
                     [chat]="--prompt-len lognormal:512:0.6 --output-len lognormal:256:0.5")
