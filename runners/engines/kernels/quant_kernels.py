@@ -13,7 +13,9 @@ nothing a memory-bound step can see), then multiplies by the row scales. fp8 til
 bfloat16's time instead of 0.6×), so the fp8 product runs in float16: activations above 65 504 would
 overflow, far above what reaches a Llama matmul (normalised, or the MLP's gated product). The programs
 of one column block are launched next to each other, so when several row tiles read the same weight
-tile the later ones find it in L2.
+tile the later ones find it in L2. One row (decode at batch 1) has its own kernel, picked by a config
+whose block_m is 1: no padded tile and no tensor cores, a [BLOCK_N, BLOCK_K] product on the CUDA cores
+summed over K at the end (docs/quantisation.md: 0.65 → 0.56–0.59× bfloat16's layer at one row).
 The configuration is chosen per weight shape in setup (`choose`) and fixed after, so nothing is
 benchmarked while a step is measured, and the row count is not specialised on, so one compile per
 weight shape serves every row count. Triton ships with torch's CUDA builds.
