@@ -468,3 +468,13 @@ def test_the_grid_uses_the_window_width_it_has() -> None:
     table = summary_table(points=3)
     panels = grid_panels(charts.linked_charts(table, analyse(table, None, None), width=780))
     assert {panel["width"] for panel in panels.values()} == {780}
+
+
+def test_present_mode_wraps_a_bottom_legend_into_the_columns_its_panel_holds() -> None:
+    # at font 15 a legend entry is 14 ems of the 14 px label font: 196 px, its label cut at 196 - 2 × 15 = 166 px
+    frame = pd.DataFrame({"x": [1, 2], "series": ["a", "b"], "value": [1.0, 2.0], "dashed": [False, False]})
+    chart = alt.layer(*explain_charts.lines(frame, alt.X("x:Q"), "y"))
+    one = explain_charts.resize(chart, 600, 400, font=15).to_dict()["config"]["legend"]
+    assert (one["columns"], one["labelLimit"], one["labelFontSize"]) == (3, 166, 14)  # 600 // 196
+    two = explain_charts.resize(alt.hconcat(chart, chart), 600, 400, font=15).to_dict()["config"]["legend"]
+    assert two["columns"] == 1  # each of two panels gets 300 px: one entry a row

@@ -174,16 +174,24 @@ def runs_chart(tables: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, s
         anchor="start", fontSize=14)
 
 
+LEGEND_ITEM_EMS = 14  # a legend entry's width in label font sizes: symbol, ~25 characters, padding
+
+
 def resize(chart: alt.TopLevelMixin, width: int, height: int, font: int = 15) -> alt.TopLevelMixin:
-    """A copy drawn larger, for present mode: side-by-side panels share the width, fonts grow."""
+    """A copy drawn larger, for present mode: side-by-side panels share the width, fonts grow, and a bottom
+    legend wraps into as many columns as the panel's width holds (one row of every series ran past the
+    chart's edge and hid the last ones), each label cut to its column."""
     big = chart.copy(deep=True)
     if isinstance(big, alt.HConcatChart):
         for sub in big.hconcat:
             sub.width, sub.height = width // len(big.hconcat) - 40, height
     else:
         big = big.properties(width=width, height=height)
+    panel = width // len(big.hconcat) if isinstance(big, alt.HConcatChart) else width
+    item = LEGEND_ITEM_EMS * (font - 1)
     return (big.configure_axis(labelFontSize=font - 2, titleFontSize=font)
-            .configure_legend(labelFontSize=font - 1, titleFontSize=font)
+            .configure_legend(labelFontSize=font - 1, titleFontSize=font, columns=max(1, panel // item),
+                              labelLimit=item - 2 * font)
             .configure_title(anchor="start", fontSize=font + 3))
 
 
