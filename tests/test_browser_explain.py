@@ -1,6 +1,7 @@
-"""Explain's present mode as a presenter uses it: in headless Chromium at a laptop (1440x900) and a
-projector (1920x1080) size, opened from a link, walked through the whole default story with the keys a
-clicker sends, every step's title, chart and two sentences on screen without scrolling, and the place
+"""Explain's present mode as a presenter uses it: in headless Chromium at a laptop (1440x900) and two
+projector (1920x1080, 1280x720) sizes, opened from a link, walked through the whole default story with the keys a
+clicker sends, every step's title, chart and two sentences on screen without scrolling and the chart clear of the
+sentences beside it, and the place
 kept by a reload. Screenshots: test-artifacts/explain-<w>x<h>-step-<k>.png.
 
 Both window sizes use one server (a real `streamlit run app.py` with a fresh history, into which the
@@ -17,7 +18,7 @@ from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, app_server, chart
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.browser
-SIZES = [(1440, 900), (1920, 1080)]
+SIZES = [(1440, 900), (1920, 1080), (1280, 720)]
 NEXT_KEYS = ("ArrowRight", "PageDown", "Space")  # a laptop's arrow, a clicker's PageDown, the space bar
 COUNTER = re.compile(r"^step (\d+) of (\d+)$")
 SENTENCES = '.st-key-explain_sentences [data-testid="stMarkdownContainer"] p'
@@ -73,6 +74,13 @@ def off_screen(tab) -> list[str]:
     return outside + ([f"page scrolls: {scroll} > {height}"] if scroll > height + TOLERANCE else [])
 
 
+def overlap(tab) -> float:
+    """px by which the chart reaches past the left edge of the sentences beside it (0: clear of them)."""
+    chart = tab.locator(CHART).first.locator("svg").first.bounding_box()
+    words = tab.locator(SENTENCES).first.bounding_box()
+    return max(0.0, chart["x"] + chart["width"] - words["x"] - TOLERANCE)
+
+
 def test_present_mode_fits_the_screen_walks_with_keys_and_keeps_its_place(presenter) -> None:
     tab, url = presenter
     width, height = tab.viewport_size["width"], tab.viewport_size["height"]
@@ -99,6 +107,7 @@ def test_present_mode_fits_the_screen_walks_with_keys_and_keeps_its_place(presen
         assert not any("no data recorded" in t for t in chart_texts(tab)), chart_texts(tab)
         shoot(tab, f"explain-{width}x{height}-step-{k}.png")
         assert not off_screen(tab), (k, off_screen(tab))
+        assert not overlap(tab), (k, overlap(tab))  # side-by-side panels' axis titles once ran under the text
         assert f"step={k}" in tab.url
         if k < total:
             tab.keyboard.press(NEXT_KEYS[(k - 1) % len(NEXT_KEYS)])

@@ -29,11 +29,12 @@ MIN_CHART = (360, 240)
 FONT_PER_HEIGHT = 60  # axis font px per px of window height: 15 at 900, 18 at 1080
 
 # Hide Streamlit's header and most of the page's padding while presenting: every pixel goes to the step.
-# The max-height is a guard: a chart taller than the room left is drawn smaller, never cut or scrolled.
+# The max-height and max-width are guards: a chart taller than the room left, or wider than its column (side-by-side
+# panels whose axis titles reach past them), is drawn smaller, never cut, scrolled or under the sentences.
 PRESENT_CSS = f"""<style>
 header[data-testid="stHeader"] {{display: none;}}
 .block-container, [data-testid="stMainBlockContainer"] {{padding-top: 0.75rem; padding-bottom: 0.5rem;}}
-.st-key-explain_chart svg {{max-height: calc(100vh - {TOP_ROOM - 40}px); width: auto; height: auto;}}
+.st-key-explain_chart svg {{max-height: calc(100vh - {TOP_ROOM - 40}px); max-width: 100%; width: auto; height: auto;}}
 </style>"""
 
 
