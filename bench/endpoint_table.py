@@ -47,11 +47,11 @@ def ttft_p50_per_repeat(folder: Path, point_index: int) -> list[float]:
     return [percentile(by_repeat[r], 50) for r in sorted(by_repeat)]
 
 
-def spread(row: dict | None, folder: Path | None) -> str:
+def spread(row: dict | None) -> str:
     """'lowest–highest' of a point's per-repeat TTFT P50s; '—' with fewer than two repeats."""
-    if row is None or folder is None:
+    if row is None:
         return "—"
-    p50s = ttft_p50_per_repeat(folder, row["point_index"])
+    p50s = ttft_p50_per_repeat(row["folder"], row["point_index"])
     return f"{min(p50s):,.1f}–{max(p50s):,.1f}" if len(p50s) > 1 else "—"
 
 
@@ -78,7 +78,7 @@ def table(out: Path, workload: str) -> list[str]:
         parts = " | ".join(cell(b, f"{part}_p50", 2) for part in TTFT_PARTS)
         lines.append(f"| {c} | {cell(a, 'output_tokens_per_s')} / {cell(b, 'output_tokens_per_s')} | {ratio} | "
                      f"{cell(a, 'ttft_ms_p50')} / {cell(b, 'ttft_ms_p50')} | "
-                     f"{spread(a, (a or {}).get('folder'))} / {spread(b, (b or {}).get('folder'))} | "
+                     f"{spread(a)} / {spread(b)} | "
                      f"{cell(a, 'itl_ms_p50', 2)} / "
                      f"{cell(b, 'itl_ms_p50', 2)} | {parts} | {cell(b, 'clock_error_ms', 3)} | "
                      f"{(b or {}).get('error') or 'none'} |")

@@ -109,8 +109,9 @@ def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.Da
         if y_top is not None:
             title += f" — roofline prediction (up to {value_text(frame['value'].max(), 'tok/s')}) off the scale"
         far = capacity_off_scale(frame, capacity, stacked_memory)
-        levels = ((float(slo.ms),) if name == "latency" and slo is not None else
-                  (float(capacity["value"].max()),) if name == "memory" and not capacity.empty and not far else ())
+        slo_line = float(slo.ms) if name == "latency" and slo is not None else None
+        capacity_line = float(capacity["value"].max()) if name == "memory" and not capacity.empty and not far else None
+        levels = tuple(line for line in (slo_line, capacity_line) if line is not None)
         y_domain = value_domain(frame, ("value", "lo", "hi"), stacked, levels, log=name == "latency")
         frame_data = data.add(frame if not frame.empty else pd.DataFrame(columns=EMPTY_LONG))
         layers = [{"layer": _panel_layers(name, frame, frame_data, x, x_name, colour_by, stacked, y_top, scale,
@@ -121,11 +122,11 @@ def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.Da
         layers.append({"name": f"pointer_{name}", "data": frame_data, "mark": {"type": "rule", "color": "#555",
                                                                                "strokeWidth": 1},
                        "encoding": {"x": x}, "transform": [{"filter": {"param": HOVER, "empty": False}}]})
-        if name == "latency" and slo is not None:
-            layers += _level(data, float(slo.ms), _slo_label(slo), "#d95f02", align="left", width=width)
-        if name == "memory" and not capacity.empty and not far:
-            layers += _level(data, float(capacity["value"].max()), str(capacity["label"].iloc[0]), "black",
-                             align="right", dash=None, width=width)
+        if slo_line is not None:
+            layers += _level(data, slo_line, _slo_label(slo), "#d95f02", align="left", width=width)
+        if capacity_line is not None:
+            layers += _level(data, capacity_line, str(capacity["label"].iloc[0]), "black", align="right", dash=None,
+                             width=width)
         if name == "memory" and far:
             title += f" — capacity {far} is off the scale, far above what this run used"
         if name == "memory" and memory_note:

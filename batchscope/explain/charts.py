@@ -183,11 +183,12 @@ def resize(chart: alt.TopLevelMixin, width: int, height: int, font: int = 15) ->
     chart's edge and hid the last ones), each label cut to its column."""
     big = chart.copy(deep=True)
     if isinstance(big, alt.HConcatChart):
+        panel = width // len(big.hconcat)
         for sub in big.hconcat:
-            sub.width, sub.height = width // len(big.hconcat) - 40, height
+            sub.width, sub.height = panel - 40, height
     else:
+        panel = width
         big = big.properties(width=width, height=height)
-    panel = width // len(big.hconcat) if isinstance(big, alt.HConcatChart) else width
     item = LEGEND_ITEM_EMS * (font - 1)
     return (big.configure_axis(labelFontSize=font - 2, titleFontSize=font)
             .configure_legend(labelFontSize=font - 1, titleFontSize=font, columns=max(1, panel // item),

@@ -203,8 +203,9 @@ def _w8_gemv_kernel(x_ptr, w_ptr, scale_ptr, out_ptr, partial_ptr, arrivals_ptr,
             x = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0)
             w = tl.load(w_ptr + cols[:, None] * stride_wn + k[None, :], mask=(cols[:, None] < N) & (k[None, :] < K),
                         other=0.0)
-        if W_INT8:  # v + 2²³ + 128 as float32 bits, minus that: 4 integer/float ops, none of them I2F, which runs
-            # at a quarter of their rate on Hopper and bounded int8 at ≈ 2 TB/s here (docs/quantisation.md)
+        if W_INT8:  # v + 2²³ + 128 read as float32 bits, minus 2²³ + 128: a sign extension, an integer add and a
+            # float subtraction, no I2F, which runs at a quarter of their rate on Hopper and bounded int8 at ≈ 2 TB/s
+            # here (docs/quantisation.md)
             w = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
     rows = pid_m + tl.zeros((1,), dtype=tl.int32)
