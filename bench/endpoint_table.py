@@ -4,7 +4,10 @@ the served TTFT's P50 part by part (runners.results.schemas.TTFT_PARTS: the clie
 parsing, the wait for the step in flight, the scheduler's queue, prefill, flush, downlink), with the clock
 offset's error. With several repeats a point's TTFT P50 is also given per repeat (lowest–highest of the
 repeats' own P50s, from the requests' rows), so a gap between the sides can be read against each side's
-spread between runs of the same requests.
+spread between runs of the same requests. Each point also gets the TTFT mean over all its requests and the P45–P55
+range around its P50: where a closed loop of equal requests splits them into those that wait for one packed prefill and
+those that wait for two, the P50 sits on the edge between the two waits, P45–P55 spans the gap, and a few ms of client
+turnaround moves the P50 across it while the mean stays put (docs/benchmarks.md, issue 36, fifth session).
 
 Reads run folders named `inprocess-<workload>-*` and `served-<workload>-*` with pyarrow only (the GPU host
 has no DuckDB). Usage: endpoint_table.py OUT_DIR
@@ -35,24 +38,29 @@ def summaries(out: Path, side: str, workload: str | None = None) -> dict[int, di
     return rows
 
 
-def ttft_p50_per_repeat(folder: Path, point_index: int) -> list[float]:
-    """Each repeat's own TTFT P50 at one point (ms, in repeat order), from its requests' rows."""
-    path = folder / "points" / contract.point_file(point_index, "requests")
-    if not path.is_file():
-        return []
+def ttfts_by_repeat(row: dict) -> dict[int, list[float]]:
+    """One point's request TTFTs (ms) by repeat, from its requests' rows; failed requests (no TTFT) left out."""
+    path = row["folder"] / "points" / contract.point_file(row["point_index"], "requests")
     by_repeat: dict[int, list[float]] = {}
-    for row in pq.read_table(path, columns=["repeat", "ttft_ms"]).to_pylist():
-        if row["ttft_ms"] is not None:
-            by_repeat.setdefault(row["repeat"], []).append(row["ttft_ms"])
-    return [percentile(by_repeat[r], 50) for r in sorted(by_repeat)]
+    if path.is_file():
+        for request in pq.read_table(path, columns=["repeat", "ttft_ms"]).to_pylist():
+            if request["ttft_ms"] is not None:
+                by_repeat.setdefault(request["repeat"], []).append(request["ttft_ms"])
+    return dict(sorted(by_repeat.items()))
 
 
 def spread(row: dict | None) -> str:
     """'lowest–highest' of a point's per-repeat TTFT P50s; '—' with fewer than two repeats."""
-    if row is None:
-        return "—"
-    p50s = ttft_p50_per_repeat(row["folder"], row["point_index"])
+    p50s = [percentile(ttfts, 50) for ttfts in (ttfts_by_repeat(row) if row else {}).values()]
     return f"{min(p50s):,.1f}–{max(p50s):,.1f}" if len(p50s) > 1 else "—"
+
+
+def mean_and_edge(row: dict | None) -> tuple[str, str]:
+    """A point's TTFT mean over all its requests and its 'P45–P55': a wide range says the P50 sits on a gap."""
+    ttfts = [t for repeat in (ttfts_by_repeat(row) if row else {}).values() for t in repeat]
+    if not ttfts:
+        return "—", "—"
+    return f"{sum(ttfts) / len(ttfts):,.1f}", f"{percentile(ttfts, 45):,.1f}–{percentile(ttfts, 55):,.1f}"
 
 
 def cell(row: dict | None, key: str, digits: int = 1) -> str:
@@ -68,17 +76,19 @@ def table(out: Path, workload: str) -> list[str]:
     local, served = summaries(out, "inprocess", workload), summaries(out, "served", workload)
     lines = [f"### {workload}", "",
              "| concurrency | out tok/s in / served | served / in | TTFT P50 in / served ms | "
-             "TTFT P50 per repeat in / served ms | ITL P50 in / served ms | "
+             "TTFT P50 per repeat in / served ms | TTFT mean in / served ms | TTFT P45–P55 in / served ms | "
+             "ITL P50 in / served ms | "
              + " | ".join(PART_NAMES) + " | clock ± ms | failed requests |",
-             "|---" * (8 + len(PART_NAMES)) + "|"]
+             "|---" * (10 + len(PART_NAMES)) + "|"]
     for c in sorted(set(local) | set(served)):
         a, b = local.get(c), served.get(c)
         ok = a is not None and b is not None and a["status"] == b["status"] == "ok"
         ratio = f"{b['output_tokens_per_s'] / a['output_tokens_per_s']:.3f}" if ok else "—"
         parts = " | ".join(cell(b, f"{part}_p50", 2) for part in TTFT_PARTS)
+        (mean_a, edge_a), (mean_b, edge_b) = mean_and_edge(a), mean_and_edge(b)
         lines.append(f"| {c} | {cell(a, 'output_tokens_per_s')} / {cell(b, 'output_tokens_per_s')} | {ratio} | "
                      f"{cell(a, 'ttft_ms_p50')} / {cell(b, 'ttft_ms_p50')} | "
-                     f"{spread(a)} / {spread(b)} | "
+                     f"{spread(a)} / {spread(b)} | {mean_a} / {mean_b} | {edge_a} / {edge_b} | "
                      f"{cell(a, 'itl_ms_p50', 2)} / "
                      f"{cell(b, 'itl_ms_p50', 2)} | {parts} | {cell(b, 'clock_error_ms', 3)} | "
                      f"{(b or {}).get('error') or 'none'} |")
