@@ -5,17 +5,19 @@
 # ≥ 90 % of in-process), TTFT and ITL P50 of both, and the served TTFT's P50 part by part (client dispatch,
 # uplink, parse, step wait, queue, prefill, flush, downlink; docs/run-folder.md) with the clock's error.
 # Workloads: fixed (prompt 256, output 64) and chat (prompt lognormal:512:0.6, output lognormal:256:0.5).
-# Each point is one run of its requests (--target-interval 0 --replays 0: a table of P50s, not a tuned
-# point), no warm-up run (setup warms and captures every shape); few requests at concurrency 1 and 16,
-# many at 64 and 256, max_num_seqs 256 and 8192 batched tokens on both sides, the server's slots as long
+# Each point runs its requests REPEATS times (--target-interval 0 --replays 0: a table of P50s, not a tuned
+# point), no warm-up run (setup warms and captures every shape); 16 requests at concurrency 1 and 16 (at least
+# as many as clients, or the point would run fewer: the spec refuses that), many at 64 and 256, max_num_seqs 256 and 8192 batched tokens on both sides, the server's slots as long
 # as the longest drawn request. Duration for llama-3.1-8b (random weights) on one H200, measured
-# 2026-12-03: about 7 minutes (each runner process ≈ 16 s of start and imports before its sweep, the four
-# in-process sweeps 3.5 min, the server's start 50 s, the served sweeps ≈ 1.5 min): give it a call alone. Needs on the host: python3 with torch (CUDA), transformers, pyarrow, nvidia-ml-py, aiohttp
+# 2026-12-03 with one repeat and no think time: about 7 minutes (each runner process ≈ 16 s of start and imports
+# before its sweep, the four in-process sweeps 3.5 min, the server's start 50 s, the served sweeps ≈ 1.5 min). With
+# the defaults (3 repeats, 5 ms think time; 2026-12-04) the whole set ran past 9 minutes: give each workload its own
+# call (WORKLOADS=fixed, then WORKLOADS=chat; fixed 64/256 on both sides alone took 149 s, the served chat 243 s). Needs on the host: python3 with torch (CUDA), transformers, pyarrow, nvidia-ml-py, aiohttp
 # (no duckdb or streamlit).
 # Usage: bench/endpoint_vs_inprocess.sh [MODEL=llama-3.1-8b]   env: OUT_DIR, DEVICE (cuda), WORKLOADS
-# ("fixed chat"), LOAD_SETS ("low high"), SIDES ("inprocess served"), THINK_MS (0), REPEATS (1), PORT, PY.
+# ("fixed chat"), LOAD_SETS ("low high"), SIDES ("inprocess served"), THINK_MS (5), REPEATS (3), PORT, PY.
 # REPEATS runs each point's requests that many times on both sides: the table then gives each point's TTFT P50
-# per repeat (lowest–highest), the spread a one-run P50 hides.
+# per repeat (lowest–highest), the spread a one-run P50 hides (one run per point is the 2026-12-03 method).
 # THINK_MS gives the clients of both sides the same think time (--think-ms): with none, each in-process client's
 # next request arrives at the end of the step that finished its last and never waits for a step in flight,
 # where a network client's turnaround (the served table's flush + downlink + client + uplink + parse) lands it
@@ -33,13 +35,13 @@ DEVICE=${DEVICE:-cuda}
 WORKLOADS=${WORKLOADS:-fixed chat}
 LOAD_SETS=${LOAD_SETS:-low high}
 SIDES=${SIDES:-inprocess served}
-THINK_MS=${THINK_MS:-0}
-REPEATS=${REPEATS:-1}
+THINK_MS=${THINK_MS:-5}
+REPEATS=${REPEATS:-3}
 COMMON=(--model "$MODEL" --dtype bfloat16 --device "$DEVICE" --seed 0 --warmup 0 --repeats "$REPEATS" --replays 0
         --target-interval 0 --no-calibrate --slo-metric ttft --slo-ms 1000)
 declare -A LENGTHS=([fixed]="--prompt-len fixed:256 --output-len fixed:64"
                     [chat]="--prompt-len lognormal:512:0.6 --output-len lognormal:256:0.5")
-declare -A REQUESTS=([fixed-low]=16 [fixed-high]=512 [chat-low]=8 [chat-high]=256)
+declare -A REQUESTS=([fixed-low]=16 [fixed-high]=512 [chat-low]=16 [chat-high]=256)  # ≥ the most clients
 declare -A LOADS=([low]=1,16 [high]=64,256)
 mkdir -p "$OUT"
 rm -rf "$OUT"/inprocess-* "$OUT"/served-*

@@ -215,6 +215,9 @@ CONT = {"model": "tiny", "mode": "continuous", "engine": "fast"}
     ({**CONT, "concurrency": 4, "prompt_len": "fixed:2040"}, "prompt_len", "context"),
     ({**CONT, "arrival": "poisson:2", "think_ms": 20}, "think_ms", "give a concurrency"),
     ({**CONT, "concurrency": 4, "think_ms": -1}, "think_ms", "≥ 0"),
+    ({**CONT, "concurrency": "1,16", "num_requests": 8}, "concurrency", "at most 8 would ever be in flight"),
+    ({**CONT, "engine": "endpoint", "mode": "endpoint", "url": "http://127.0.0.1:9/v1", "concurrency": "4,65"},
+     "concurrency", "give num_requests ≥ 65"),
 ])
 def test_spec_rejects_bad_continuous_options_by_field(raw: dict, field: str, words: str) -> None:
     found = problems(raw)

@@ -88,6 +88,7 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
     check_load(spec, values, found)
     copy_given(spec, values, "num_requests", "max_num_batched_tokens", "kv_cache_tokens", "gpu_memory_utilization")
     record(found, "num_requests", lambda: check_draws(spec, spec.num_requests, "num_requests"))
+    check_clients(spec, found)
     if spec.max_num_batched_tokens < max(spec.max_num_seqs):
         found.setdefault("max_num_batched_tokens", f"max_num_batched_tokens ({spec.max_num_batched_tokens}) "
                                                    f"must be ≥ max_num_seqs ({max(spec.max_num_seqs)}): every "
@@ -126,6 +127,16 @@ def check_load(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -
                                   ("concurrency", len(spec.concurrency))) if n > 1]
     if len(lists) > 1:
         found.setdefault(lists[1], f"only one axis can be swept: {' and '.join(lists)} are both lists")
+
+
+def check_clients(spec: SweepSpec, found: dict[str, str]) -> None:
+    """A closed loop of more clients than requests never has them all in flight: its point would be labelled with
+    a load it did not run (16 clients over 8 requests measure 8). Shared with the endpoint mode."""
+    clients = max(spec.concurrency, default=0)
+    if clients > spec.num_requests and not {"concurrency", "num_requests"} & set(found):
+        found["concurrency"] = (f"concurrency {clients} is more clients than requests (num_requests "
+                                f"{spec.num_requests}): at most {spec.num_requests} would ever be in flight; give "
+                                f"num_requests ≥ {clients}")
 
 
 def check_slo(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from runners.spec.continuous import LoadAxis, check_load, check_slo, longest_request, parse_arrival
+from runners.spec.continuous import LoadAxis, check_clients, check_load, check_slo, longest_request, parse_arrival
 from runners.spec.options import SpecError, copy_given, record
 from runners.spec.sweep import APIS, PROMPT_FORMATS, SweepSpec, check_context, check_draws
 
@@ -85,6 +85,7 @@ def check(spec: SweepSpec, values: dict[str, Any], found: dict[str, str], contex
                                          "only a restarted server takes a new batch limit")
     copy_given(spec, values, "num_requests", "max_num_batched_tokens")
     record(found, "num_requests", lambda: check_draws(spec, spec.num_requests, "num_requests"))
+    check_clients(spec, found)
     check_slo(spec, values, found)
     if not {"prompt_len", "output_len", "num_requests"} & set(found):
         longest = longest_request(spec)
