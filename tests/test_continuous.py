@@ -18,7 +18,7 @@ from runners.engines.kv_layout import KV_BLOCK_SIZE
 from runners.engines.models import load
 from runners.engines.scheduler import Arrivals, BlockPool, Request, Scheduler
 from runners.spec import problems, validate
-from runners.spec.continuous import points
+from runners.spec.continuous import points, requests_per_point
 from tests.runner_helpers import run_runner
 
 BIG = 10**9
@@ -216,12 +216,27 @@ CONT = {"model": "tiny", "mode": "continuous", "engine": "fast"}
     ({**CONT, "arrival": "poisson:2", "think_ms": 20}, "think_ms", "give a concurrency"),
     ({**CONT, "concurrency": 4, "think_ms": -1}, "think_ms", "≥ 0"),
     ({**CONT, "concurrency": "1,16", "num_requests": 8}, "concurrency", "at most 8 would ever be in flight"),
+    ({**CONT, "arrival": "poisson:2", "requests_per_client": 4}, "requests_per_client", "give a concurrency"),
+    ({**CONT, "concurrency": 4, "requests_per_client": -1}, "requests_per_client", "≥ 0"),
     ({**CONT, "engine": "endpoint", "mode": "endpoint", "url": "http://127.0.0.1:9/v1", "concurrency": "4,65"},
      "concurrency", "give num_requests ≥ 65"),
 ])
 def test_spec_rejects_bad_continuous_options_by_field(raw: dict, field: str, words: str) -> None:
     found = problems(raw)
     assert field in found and words in found[field], found
+
+
+@pytest.mark.parametrize("num_requests, per_client, clients, served", [
+    (64, 0, 16, 64),  # unset: the whole workload at every point
+    (64, 4, 1, 4),  # 4 × 1
+    (64, 4, 8, 32),  # 4 × 8
+    (64, 4, 16, 64),  # 4 × 16 = 64: all of it
+    (64, 4, 512, 64),  # never more than the workload
+    (64, 4, None, 64),  # Poisson arrivals have no clients: the whole workload
+])
+def test_requests_per_point_is_per_client_times_clients_up_to_the_workload(num_requests, per_client, clients,
+                                                                            served) -> None:
+    assert requests_per_point(num_requests, per_client, clients) == served
 
 
 def test_spec_points_follow_the_swept_axis() -> None:
@@ -305,3 +320,23 @@ def test_chart_axis_title_names_the_batch_limit_of_each_run_kind() -> None:
     assert axis_title(static_table) == "batch size (log2)"
     assert axis_title(static_table, seqs_table) == "batch size · max_num_seqs (log2)"
     assert axis_title(pd.DataFrame({"sweep_axis": ["concurrency"]})) == "concurrency (log2)"
+
+
+def test_requests_per_client_serves_the_first_of_the_same_workload_at_each_concurrency(tmp_path: Path) -> None:
+    """Two clients' worth per client: 1 client serves the workload's first 2 requests, 3 clients all 5 (not 6)."""
+    out = tmp_path / "per-client"
+    proc = run_runner(out, "--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "fast",
+                      "--mode", "continuous", "--max-num-seqs", "4", "--concurrency", "1,3", "--requests-per-client",
+                      "2", "--num-requests", "5", "--prompt-len", "uniform:4:40", "--output-len", "uniform:1:6",
+                      "--repeats", "2", "--warmup", "0", "--target-interval", "0", "--replays", "0", "--no-calibrate",
+                      timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    served = {}
+    for index, clients in enumerate((1, 3)):
+        requests = pq.read_table(out / "points" / f"p{index:04d}.requests.parquet").to_pandas()
+        assert set(requests["repeat"]) == {0, 1}
+        served[clients] = {r: list(rows.sort_values("request_index")["prompt_len"])
+                           for r, rows in requests.groupby("repeat")}
+    assert all(len(served[1][r]) == 2 and len(served[3][r]) == 5 for r in (0, 1))
+    assert all(served[1][r] == served[3][r][:2] for r in (0, 1))
+    assert json.loads((out / "spec.json").read_text())["requests_per_client"] == 2

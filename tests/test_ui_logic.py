@@ -270,6 +270,10 @@ def test_workload_lines_say_what_each_point_ran() -> None:
     lines = run_view.workload_lines(continuous)
     assert lines[1] == ("Each point: 3 measured repeats of 64 requests (192 measured) · Poisson arrivals 1,2,4 req/s")
     assert lines[2].startswith("max_num_seqs 8 · token budget per step 2,048")
+    per_client = {**continuous, "arrival": "", "concurrency": [1, 4, 16], "requests_per_client": 2}
+    assert run_view.workload_lines(per_client)[1] == (
+        "Each point: 3 measured repeats of 2 requests per client, the first of 64 (at most 192 measured) · "
+        "1, 4, 16 concurrent clients")
     assert run_view.workload_lines(None) == []
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 from batchscope.analysis.marker import num
 from batchscope.explain.words import measured, moves, times, value, with_clause
 from batchscope.units import ms
+from runners.spec.continuous import requests_per_point
 from runners.spec.registry import schedules_slots
 
 def latency_sentences(table: pd.DataFrame, percentile: int = 95, run: dict[str, Any] | None = None
@@ -50,12 +51,15 @@ def latency_sentences(table: pd.DataFrame, percentile: int = 95, run: dict[str, 
 
 def requests_at(point: pd.Series, run: dict[str, Any]) -> int | None:
     """How many requests a point's latency percentiles rest on: batch × repeats for a static point, the
-    spec's num_requests × repeats for a continuous one; None when the repeats were not recorded."""
+    requests its spec served per repeat × repeats for a continuous one; None when the repeats were not recorded."""
     repeats = value(point, "repeats")
     if repeats is None or repeats < 1:
         return None
     spec = run.get("spec") or {}
-    per_repeat = spec.get("num_requests") if schedules_slots(spec.get("mode")) else point["batch_size"]
+    clients = value(point, "concurrency")
+    per_repeat = (requests_per_point(int(spec.get("num_requests") or 0), int(spec.get("requests_per_client") or 0),
+                                     int(clients) if clients else None)
+                  if schedules_slots(spec.get("mode")) else point["batch_size"])
     return int(per_repeat) * int(repeats) if per_repeat else None
 
 

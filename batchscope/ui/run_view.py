@@ -206,11 +206,13 @@ def workload_lines(spec: dict[str, Any] | None) -> list[str]:
              f"seed {spec.get('seed', 0)}"]
     ahead = f"{warmup} warm-up repeat{'s' if warmup != 1 else ''}, then " if warmup else ""
     if is_load_driven(spec.get("mode")):
-        requests = int(spec.get("num_requests") or 0)
+        requests, per_client = int(spec.get("num_requests") or 0), int(spec.get("requests_per_client") or 0)
         load = (f"Poisson arrivals {spec['arrival'].removeprefix('poisson:')} req/s" if spec.get("arrival")
                 else f"{_listed(spec.get('concurrency'))} concurrent clients")
-        lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''} of {requests} "
-                     f"requests ({requests * repeats:,} measured) · {load}")
+        served = (f"{per_client} requests per client, the first of {requests} (at most {requests * repeats:,} "
+                  f"measured)"
+                  if per_client and spec.get("concurrency") else f"{requests} requests ({requests * repeats:,} measured)")
+        lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''} of {served} · {load}")
         if measures_a_server(spec.get("mode")):
             lines.append(" · ".join(part for part in (
                 f"Server {spec.get('url')} · model {spec.get('model_name') or 'its first listed'}",

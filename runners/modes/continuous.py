@@ -15,7 +15,7 @@ from runners.metrics.interval import Interval, by_draws
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext
-from runners.spec.continuous import ContinuousPoint, longest_request
+from runners.spec.continuous import ContinuousPoint, longest_request, requests_per_point
 from runners.spec.endpoint import EndpointPoint
 from runners.workload import workload
 
@@ -32,14 +32,20 @@ def serving_engine(engine: Engine, device: torch.device) -> ContinuousEngine:
 
 
 def load(ctx: PointContext, point: ContinuousPoint | EndpointPoint) -> tuple[dict[int, Batch], dict[str, Any]]:
-    """Each repeat's seeded requests, and how they arrive (a rate or clients); the endpoint mode sends the
-    same load to a server."""
+    """Each repeat's seeded requests (with requests per client, the first of them), and how they arrive (a rate
+    or clients); the endpoint mode sends the same load to a server."""
     spec = ctx.spec
-    work = {r: workload.draw(spec, spec.num_requests, r, ctx.info.vocab, workload.CONTINUOUS)
+    served = requests_per_point(spec.num_requests, spec.requests_per_client, point.concurrency)
+    work = {r: first(workload.draw(spec, spec.num_requests, r, ctx.info.vocab, workload.CONTINUOUS), served)
             for r in spec.repeat_indices()}
     arrivals = (dict(rate=point.arrival_rate) if point.arrival_rate is not None else
                 dict(concurrency=point.concurrency, think_s=spec.think_ms / 1e3))
     return work, arrivals
+
+
+def first(batch: Batch, n: int) -> Batch:
+    """The first `n` requests of a drawn workload: every point's requests are the same ones, however many it serves."""
+    return Batch(prompt_ids=batch.prompt_ids[:n], output_lens=batch.output_lens[:n])
 
 
 def load_columns(point: ContinuousPoint | EndpointPoint) -> dict[str, Any]:

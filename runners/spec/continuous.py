@@ -115,9 +115,12 @@ def check_load(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -
         rates = record(found, "arrival", lambda: parse_arrival(spec.arrival))
     if values.get("concurrency"):
         spec.concurrency = values["concurrency"]
-    copy_given(spec, values, "think_ms")
+    copy_given(spec, values, "think_ms", "requests_per_client")
     if spec.think_ms and not spec.concurrency:
         found.setdefault("think_ms", "a think time is a closed-loop client's wait: give a concurrency with it")
+    if spec.requests_per_client and not spec.concurrency:
+        found.setdefault("requests_per_client", "requests per client count a closed loop's clients: give a "
+                                                "concurrency with it")
     if spec.arrival and spec.concurrency:
         found.setdefault("concurrency", "give either an arrival rate or a concurrency, not both")
     elif not spec.arrival and not spec.concurrency and "arrival" not in found:
@@ -127,6 +130,15 @@ def check_load(spec: SweepSpec, values: dict[str, Any], found: dict[str, str]) -
                                   ("concurrency", len(spec.concurrency))) if n > 1]
     if len(lists) > 1:
         found.setdefault(lists[1], f"only one axis can be swept: {' and '.join(lists)} are both lists")
+
+
+def requests_per_point(num_requests: int, requests_per_client: int, concurrency: int | None) -> int:
+    """How many requests a point serves per repeat: the whole workload, or with requests per client set, that
+    many per client of a closed loop, the first of the workload (never more than all of it). The app reads a
+    run's spec.json with it too."""
+    if requests_per_client and concurrency:
+        return min(num_requests, requests_per_client * concurrency)
+    return num_requests
 
 
 def check_clients(spec: SweepSpec, found: dict[str, str]) -> None:

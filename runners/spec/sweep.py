@@ -98,6 +98,12 @@ class SweepSpec:
     num_requests: int = option(64, label="Requests per repeat", memory=True, modes=LOADED, group=CONTINUOUS, least=1,
                                most=MAX_REQUESTS,
                                help="requests per repeat, the same seeded workload at every point (default 64)")
+    requests_per_client: int = option(0, label="Requests per client", modes=LOADED, group=CONTINUOUS, least=0,
+                                      most=MAX_REQUESTS,
+                                      help="closed loop: each point serves this many requests per client, the first "
+                                           "of the num_requests workload, so a sweep from 1 to 512 clients does not "
+                                           "serve 512 requests one at a time (default 0: num_requests at every "
+                                           "point)")
     max_num_batched_tokens: int = option(2048, label="Token budget per step", modes=LOADED, group=CONTINUOUS,
                                          least=1, most=MAX_TOKENS,
                                          help="per-step token budget (prefill chunk tokens + one per decoding "
