@@ -38,26 +38,27 @@ def summaries(out: Path, side: str, workload: str | None = None) -> dict[int, di
     return rows
 
 
-def ttfts_by_repeat(row: dict) -> dict[int, list[float]]:
-    """One point's request TTFTs (ms) by repeat, from its requests' rows; failed requests (no TTFT) left out."""
-    path = row["folder"] / "points" / contract.point_file(row["point_index"], "requests")
+def ttfts_by_repeat(row: dict | None) -> dict[int, list[float]]:
+    """One point's request TTFTs (ms) by repeat, from its requests' rows; failed requests (no TTFT) left out,
+    nothing for a side that has no such point."""
     by_repeat: dict[int, list[float]] = {}
-    if path.is_file():
+    path = None if row is None else row["folder"] / "points" / contract.point_file(row["point_index"], "requests")
+    if path is not None and path.is_file():
         for request in pq.read_table(path, columns=["repeat", "ttft_ms"]).to_pylist():
             if request["ttft_ms"] is not None:
                 by_repeat.setdefault(request["repeat"], []).append(request["ttft_ms"])
     return dict(sorted(by_repeat.items()))
 
 
-def spread(row: dict | None) -> str:
+def spread(by_repeat: dict[int, list[float]]) -> str:
     """'lowest–highest' of a point's per-repeat TTFT P50s; '—' with fewer than two repeats."""
-    p50s = [percentile(ttfts, 50) for ttfts in (ttfts_by_repeat(row) if row else {}).values()]
+    p50s = [percentile(ttfts, 50) for ttfts in by_repeat.values()]
     return f"{min(p50s):,.1f}–{max(p50s):,.1f}" if len(p50s) > 1 else "—"
 
 
-def mean_and_edge(row: dict | None) -> tuple[str, str]:
+def mean_and_edge(by_repeat: dict[int, list[float]]) -> tuple[str, str]:
     """A point's TTFT mean over all its requests and its 'P45–P55': a wide range says the P50 sits on a gap."""
-    ttfts = [t for repeat in (ttfts_by_repeat(row) if row else {}).values() for t in repeat]
+    ttfts = [t for repeat in by_repeat.values() for t in repeat]
     if not ttfts:
         return "—", "—"
     return f"{sum(ttfts) / len(ttfts):,.1f}", f"{percentile(ttfts, 45):,.1f}–{percentile(ttfts, 55):,.1f}"
@@ -85,10 +86,11 @@ def table(out: Path, workload: str) -> list[str]:
         ok = a is not None and b is not None and a["status"] == b["status"] == "ok"
         ratio = f"{b['output_tokens_per_s'] / a['output_tokens_per_s']:.3f}" if ok else "—"
         parts = " | ".join(cell(b, f"{part}_p50", 2) for part in TTFT_PARTS)
-        (mean_a, edge_a), (mean_b, edge_b) = mean_and_edge(a), mean_and_edge(b)
+        ttfts_a, ttfts_b = ttfts_by_repeat(a), ttfts_by_repeat(b)  # each requests file read once
+        (mean_a, edge_a), (mean_b, edge_b) = mean_and_edge(ttfts_a), mean_and_edge(ttfts_b)
         lines.append(f"| {c} | {cell(a, 'output_tokens_per_s')} / {cell(b, 'output_tokens_per_s')} | {ratio} | "
                      f"{cell(a, 'ttft_ms_p50')} / {cell(b, 'ttft_ms_p50')} | "
-                     f"{spread(a)} / {spread(b)} | {mean_a} / {mean_b} | {edge_a} / {edge_b} | "
+                     f"{spread(ttfts_a)} / {spread(ttfts_b)} | {mean_a} / {mean_b} | {edge_a} / {edge_b} | "
                      f"{cell(a, 'itl_ms_p50', 2)} / "
                      f"{cell(b, 'itl_ms_p50', 2)} | {parts} | {cell(b, 'clock_error_ms', 3)} | "
                      f"{(b or {}).get('error') or 'none'} |")

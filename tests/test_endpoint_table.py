@@ -37,7 +37,8 @@ def test_each_repeats_ttfts_come_from_its_own_requests_and_a_failed_request_coun
     point(tmp_path, "inprocess-fixed-high", [[10.0, 30.0, 20.0, None], [12.0, 14.0], [40.0]], 1000.0)
     assert endpoint_table.ttfts_by_repeat(row(tmp_path, "inprocess-fixed-high")) == {
         0: [10.0, 30.0, 20.0], 1: [12.0, 14.0], 2: [40.0]}
-    assert endpoint_table.spread(row(tmp_path, "inprocess-fixed-high")) == "13.0–40.0"
+    assert endpoint_table.spread(endpoint_table.ttfts_by_repeat(row(tmp_path, "inprocess-fixed-high"))) == "13.0–40.0"
+    assert endpoint_table.ttfts_by_repeat(None) == {}
 
 
 def test_a_p50_on_the_gap_between_one_and_two_waits_shows_in_p45_to_p55_and_the_mean_does_not_jump(
@@ -45,8 +46,9 @@ def test_a_p50_on_the_gap_between_one_and_two_waits_shows_in_p45_to_p55_and_the_
     # 11 requests that waited one prefill (200 ms) and 9 that waited two (400 ms): the P50 (rank 9.5 of 0..19) is
     # 200; P45 at rank 8.55 → 200, P55 at rank 10.45 → 200 + 0.45 × (400 − 200) = 290; mean (11·200 + 9·400) / 20.
     point(tmp_path, "inprocess-fixed-high", [[200.0] * 11 + [400.0] * 9], 1000.0)
-    assert endpoint_table.mean_and_edge(row(tmp_path, "inprocess-fixed-high")) == ("290.0", "200.0–290.0")
-    assert endpoint_table.mean_and_edge(None) == ("—", "—")
+    by_repeat = endpoint_table.ttfts_by_repeat(row(tmp_path, "inprocess-fixed-high"))
+    assert endpoint_table.mean_and_edge(by_repeat) == ("290.0", "200.0–290.0")
+    assert endpoint_table.mean_and_edge({}) == ("—", "—")
 
 
 def test_the_table_gives_the_per_repeat_range_and_a_dash_for_one_repeat(tmp_path: Path) -> None:
