@@ -1,14 +1,16 @@
 """Engine benchmark: decode step time against the measured roofline floor, per model and batch.
 
     python bench/engine.py [--engines fast,hf-generate] [--models llama-3.2-1b,llama-3.1-8b]
-                           [--dtypes bfloat16,fp8,int8] [--batches 1,16,256] [--quick] [--repeats 3]
+                           [--dtypes bfloat16,fp8,int8,int8+lm_head] [--batches 1,16,256] [--quick]
+                           [--repeats 3]
                            [--no-compile] [--json PATH]
 
 Floor per decode step = max(bytes / copy rate, FLOPs / matmul rate), both rates measured here
 (runners.telemetry.calibrate). Bytes = all weight bytes + KV bytes of the mean context of a decode step;
 FLOPs = 2 × matmul parameters × batch + attention (4 × batch × context × heads × head_dim × layers).
 With several dtypes (the fast engine's fp8 and int8 weights, issue 36) it ends with each dtype's decode step
-as a share of bfloat16's at the same batch and lengths. The JSON is rewritten after every row, so a run cut by
+as a share of bfloat16's at the same batch and lengths; a dtype written `int8+lm_head` quantises the output head
+as well (the sweep's --quantize-lm-head). The JSON is rewritten after every row, so a run cut by
 a timeout keeps what it measured.
 """
 from __future__ import annotations
@@ -126,7 +128,8 @@ def main() -> None:
                                  allow_abbrev=False)
     ap.add_argument("--engines", default="fast,hf-generate")
     ap.add_argument("--models", default="llama-3.2-1b,llama-3.1-8b")
-    ap.add_argument("--dtypes", default="bfloat16", help="weights per model: bfloat16, fp8, int8 (fast engine)")
+    ap.add_argument("--dtypes", default="bfloat16", help="weights per model: bfloat16, fp8, int8 (fast engine), "
+                                                        "fp8+lm_head or int8+lm_head (the head quantised too)")
     ap.add_argument("--batches", type=lambda t: [int(b) for b in t.split(",")], default=None,
                     help="short lengths at these batches only (default: the standard cases)")
     ap.add_argument("--quick", action="store_true", help="fewer batches; hf-generate at batch 1 and 64 only")
@@ -148,7 +151,8 @@ def main() -> None:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     for model in args.models.split(","):
         for dtype in args.dtypes.split(","):
-            loaded = load(model, dtype, device)
+            weights, _, head = dtype.partition("+")
+            loaded = load(model, weights, device, quantize_lm_head=head == "lm_head")
             for name in args.engines.split(","):
                 engine = make(name, loaded, args)
                 repeats = 1 if name == "hf-generate" else args.repeats

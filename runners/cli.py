@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         if info.default is True:
             group.add_argument(f"--no-{flag}", dest=info.name, action="store_false", default=None,
                                help=f"do not {info.help}")
+        elif info.kind == "bool":
+            group.add_argument(f"--{flag}", dest=info.name, action="store_true", default=None, help=info.help)
         else:
             group.add_argument(f"--{flag}", dest=info.name, help=info.help)
     _serve_parser(sub.add_parser("serve", help="serve one model over an OpenAI-compatible HTTP API (continuous "
@@ -51,6 +53,8 @@ def _serve_parser(serve: argparse.ArgumentParser) -> None:
     """`runners serve` flags, named as vLLM names them so a server command reads the same for both."""
     serve.add_argument("--model", required=True, help="preset or a local HF checkpoint dir")
     serve.add_argument("--dtype", default="bfloat16", help="float32, bfloat16, float16, int8, fp8, fp8-dynamic")
+    serve.add_argument("--quantize-lm-head", action="store_true",
+                       help=next(i.help for i in spec_fields() if i.name == "quantize_lm_head"))
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     serve.add_argument("--seed", type=_as_spec("seed"), default=0, help="seeds a preset's random weights")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")

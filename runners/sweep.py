@@ -120,7 +120,7 @@ class Sweep:
     def _context(self, team: parallel.Team | None) -> PointContext:
         """Load the model, build the engine, and write the run's env, model and calibration files."""
         spec = self.spec
-        loaded = models.load(spec.model, spec.dtype, self.device, spec.seed)
+        loaded = models.load(spec.model, spec.dtype, self.device, spec.seed, spec.quantize_lm_head)
         engine: Engine = (make_engine(spec.engine, loaded) if team is None else
                           GroupEngine(local_engine(spec, loaded, team.group), team.group, spec.tensor_parallel > 1))
         facts = engine.facts()

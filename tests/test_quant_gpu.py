@@ -16,6 +16,8 @@ from runners.engines import devices, models
 from runners.engines.base import Batch
 from runners.engines.fast import FastEngine
 from runners.engines.kernels import quant
+from runners.engines.quant_error import LAYER_ERRORS
+from runners.engines.quant_layout import LM_HEAD
 
 DTYPES = ("int8", "fp8", "fp8-dynamic")
 pytestmark = pytest.mark.gpu
@@ -45,6 +47,26 @@ def test_compiled_graph_engine_accuracy_vs_bf16(dtype: str) -> None:
     assert facts["weight_bytes"] == models.describe("llama-3.2-1b", loaded.config, dtype).weight_bytes
     gen = engine.generate(Batch(prompt_ids=[[5] * 40, [7] * 33, [9] * 40], output_lens=[8, 8, 8]))
     assert engine.graph is not None and len(gen.tokens[0]) == 8  # compiled + captured decode ran
+
+
+@pytest.mark.parametrize("dtype", ["int8", "fp8"])
+def test_compiled_graph_engine_quantises_a_tied_lm_head_and_measures_its_error(dtype: str) -> None:
+    """Llama-3.2-1B ties lm_head to the embeddings: the head gets a one-byte copy (the lookup keeps the bfloat16
+    table), its tiles are chosen in setup and its product's error is recorded beside the layers'."""
+    if not fp8_gpu():
+        pytest.skip("needs compute capability ≥ 8.9")
+    loaded = models.load("llama-3.2-1b", dtype, torch.device("cuda"), quantize_lm_head=True)
+    engine = FastEngine(loaded)
+    facts = engine.facts()
+    assert isinstance(engine.decoder.lm_head, quant.QuantWeight) and engine.decoder.embed.numel() > 0
+    head = [r for r in facts[LAYER_ERRORS] if r["matrix"] == LM_HEAD]
+    assert {r["layer"] for r in head} == {loaded.info.layers} and len(head) == len(facts["quant_accuracy"])
+    assert all(r["rel_error"] < 0.05 for r in head), head
+    assert "lm_head" in facts["quant_tiles"]
+    assert facts["quant_logits_cosine"] >= 0.9 and facts["quant_token_agreement"] >= 0.2
+    assert facts["weight_bytes"] == models.describe("llama-3.2-1b", loaded.config, dtype, True).weight_bytes
+    gen = engine.generate(Batch(prompt_ids=[[5] * 40, [7] * 33], output_lens=[8, 8]))
+    assert engine.graph is not None and len(gen.tokens[1]) == 8
 
 
 @pytest.mark.parametrize("dtype", ["int8", "fp8"])

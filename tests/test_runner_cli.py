@@ -336,9 +336,19 @@ def test_every_spec_option_is_a_flag_and_only_given_flags_reach_the_spec():
 
     parser = build_parser()
     args = parser.parse_args(["sweep", "--out", "run", "--batch-sizes", "1,2", "--no-calibrate", "--max-num-seqs", "4",
-                              "--tensor-parallel", "2"])
-    assert _raw_spec(args) == {"batch_sizes": "1,2", "calibrate": False, "max_num_seqs": "4", "tensor_parallel": "2"}
+                              "--tensor-parallel", "2", "--quantize-lm-head"])
+    assert _raw_spec(args) == {"batch_sizes": "1,2", "calibrate": False, "max_num_seqs": "4", "tensor_parallel": "2",
+                               "quantize_lm_head": True}  # a switch that is off by default is a bare flag
     sweep_help = next(a for a in parser._actions if a.dest == "command").choices["sweep"].format_help()
     for f in fields(SweepSpec):
         flag = f"--no-{f.name}" if f.default is True else f"--{f.name}"
         assert flag.replace("_", "-") in sweep_help, f.name
+
+
+def test_serve_refuses_a_quantised_lm_head_without_a_quantised_dtype(capsys):
+    from runners.cli import build_parser
+    from runners.serving.serve import main
+
+    args = build_parser().parse_args(["serve", "--model", "tiny", "--quantize-lm-head"])
+    assert main(args) == 2
+    assert "--quantize-lm-head needs a quantised --dtype" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runners.engines.presets import PRESETS
-from runners.engines.quant_layout import QUANT_DTYPES, decoder_matrices, quantized_weight_bytes
+from runners.engines.quant_layout import QUANT_DTYPES, quantized_model_bytes
 
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # quantised dtypes: bfloat16 activations and KV
 
@@ -26,7 +26,7 @@ def model_config(model_name_or_path: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def model_facts(model_name_or_path: str, dtype: str) -> dict[str, Any]:
+def model_facts(model_name_or_path: str, dtype: str, quantize_lm_head: bool = False) -> dict[str, Any]:
     """The model.json dict: params, weight_bytes, kv_bytes_per_token, shapes, context, dtype."""
     config = model_config(model_name_or_path)
     hidden = config["hidden_size"]
@@ -41,19 +41,20 @@ def model_facts(model_name_or_path: str, dtype: str) -> dict[str, Any]:
     if config.get("attention_bias", False) or architecture == "qwen2":
         attn += heads * head_dim + 2 * kv_heads * head_dim
     per_layer = attn + 3 * hidden * inter + 2 * hidden
-    lm_head = 0 if config.get("tie_word_embeddings", False) else vocab * hidden
+    tied = config.get("tie_word_embeddings", False)
+    lm_head = 0 if tied else vocab * hidden
     params = layers * per_layer + vocab * hidden + lm_head + hidden
     elem = ELEMENT_BYTES.get(dtype, 2)
     weight_bytes = params * elem
     if dtype in QUANT_DTYPES:
-        weight_bytes = quantized_weight_bytes(params, *decoder_matrices(layers, hidden, heads, kv_heads,
-                                                                        head_dim, inter))
+        weight_bytes = quantized_model_bytes(params, layers, hidden, heads, kv_heads, head_dim, inter, vocab, tied,
+                                             quantize_lm_head)
     return {
         "name": model_name_or_path, "source": "preset" if model_name_or_path in PRESETS else "local",
         "architecture": architecture, "params": params, "weight_bytes": weight_bytes,
         "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * elem, "layers": layers, "hidden": hidden,
         "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "intermediate": inter, "vocab": vocab,
-        "context": config["max_position_embeddings"], "dtype": dtype,
+        "context": config["max_position_embeddings"], "dtype": dtype, "quantize_lm_head": quantize_lm_head,
         "quant_logits_cosine": None, "quant_token_agreement": None, "quant_accuracy": None,  # measured at load
         "quant_tiles": None, "quant_layer_error_median": None, "quant_layer_error_max": None,
         "tensor_parallel": 1,  # a tensor-parallel run's model.json holds one rank's byte counts instead

@@ -294,7 +294,7 @@ def memory_estimate(form: SweepForm, capacity_bytes: int) -> MemoryEstimate:
     raw = {k: v for k, v in form.spec_dict().items() if k in shaping}
     try:
         spec = validate(raw, config.model_roots())
-        facts = model_facts(spec.model, spec.dtype)
+        facts = model_facts(spec.model, spec.dtype, spec.quantize_lm_head)
     except SpecError as error:
         return MemoryEstimate(pd.DataFrame(), [], f"No estimate until the {error.field} field is fixed.")
     except (OSError, KeyError, ValueError) as error:

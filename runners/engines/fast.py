@@ -45,7 +45,8 @@ class FastEngine:
         self._facts: dict[str, Any] = {}
         prepare = self.decoder.enable_compile if (on_cuda if compile is None else compile) else lambda: None
         if self.quant:  # model.json then holds the quantised bytes and the accuracy checks
-            self._facts = {**quantize_with_guard(self.decoder, loaded.model, self.quant, self._step_runner, prepare),
+            self._facts = {**quantize_with_guard(self.decoder, loaded.model, self.quant, loaded.info.quantize_lm_head,
+                                                 self._step_runner, prepare),
                            "weight_bytes": decoder_weight_bytes(self.decoder)}
         else:
             prepare()
@@ -59,7 +60,8 @@ class FastEngine:
         return dict(self._facts)
 
     def version(self) -> str:
-        weights = f", weights {self.quant}" if self.quant else ""
+        head = " with lm_head" if self.quant and self.loaded.info.quantize_lm_head else ""
+        weights = f", weights {self.quant}{head}" if self.quant else ""
         return (f"fast {VERSION} (packed prefill{weights}, compile {self.decoder.compiled}, "
                 f"graphs {self.graphs}; torch {torch.__version__}, transformers {transformers.__version__})")
 

@@ -129,7 +129,7 @@ class FastDecoder:
         self.rope_scale = float(rotary.attention_scaling)
         self.embed = inner.embed_tokens.weight.detach()
         self.norm = inner.norm.weight.detach()
-        self.lm_head = hf_model.lm_head.weight.detach()
+        self.lm_head: Tensor | QuantWeight = hf_model.lm_head.weight.detach()  # quantised on request (fast_quant)
         self.dtype = self.embed.dtype
         self.device = self.embed.device
         self.layers = [self._layer_weights(layer) for layer in inner.layers]
@@ -232,7 +232,7 @@ class FastDecoder:
             o = F.pad(ragged.attention(q[:n], keys, values, batch).reshape(n, -1), (0, 0, 0, h.shape[0] - n))
             h = h + self.reduce(linear(o, w.wo, w.bo))
             h = h + self.reduce(self.mlp_fn(h, w.mlp_norm, w.w13, w.w2))
-        logits = F.linear(_rms_norm(h[batch.emit], self.norm, self.eps), self.lm_head)
+        logits = linear(_rms_norm(h[batch.emit], self.norm, self.eps), self.lm_head)
         first = logits.argmax(dim=-1)
         st.pos.index_copy_(0, batch.chunk_slot, batch.chunk_end)
         st.tokens.index_copy_(0, batch.emit_slot, first)
@@ -301,7 +301,7 @@ class FastDecoder:
 
     def decode_head(self, h: Tensor, st_out: Tensor, step: Tensor) -> tuple[Tensor, Tensor]:
         """Logits and greedy token of the last layer's output, the token written to column `step` of `out`."""
-        logits = F.linear(_rms_norm(h, self.norm, self.eps), self.lm_head)
+        logits = linear(_rms_norm(h, self.norm, self.eps), self.lm_head)
         nxt = logits.argmax(dim=-1)
         st_out.index_copy_(1, step, nxt[:, None])
         return logits, nxt

@@ -26,7 +26,7 @@ from runners.engines.kernels.quant import QuantWeight, choose_int8_gemm, kernel_
 from runners.engines.kv_layout import cache_len
 from runners.engines.quant_error import (LAYER_ERRORS, Product, ProductRecorder, layer_errors, model_summary,
                                          path_summary)
-from runners.engines.quant_layout import MATRICES
+from runners.engines.quant_layout import LM_HEAD, MATRICES
 from runners.engines.ragged import Chunk, pack
 
 GUARD_ROWS, GUARD_PROMPT_LEN, GUARD_STEPS = 4, 32, 32
@@ -44,27 +44,37 @@ class Reference:
 
 
 @torch.no_grad()
-def quantize_decoder(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: str) -> None:
-    """Replace each layer's four matrices with QuantWeights, layer by layer, and empty the HF model's
-    linear weights (they share storage with the fused matrices), so peak memory is the bfloat16 model
-    plus one layer and the bfloat16 copies are gone afterwards. The HF model cannot run after this."""
+def quantize_decoder(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: str, lm_head: bool = False) -> None:
+    """Replace each layer's four matrices (and with `lm_head` the output head) with QuantWeights, layer by
+    layer, and empty the HF model's linear weights (they share storage with the fused matrices), so peak
+    memory is the bfloat16 model plus one layer and the bfloat16 copies are gone afterwards. A head tied
+    to the embeddings keeps its bfloat16 table for the lookup. The HF model cannot run after this."""
     for weights, layer in zip(decoder.layers, hf_model.model.layers):
         for name in MATRICES:
             setattr(weights, name, quantize(getattr(weights, name), dtype))
         for module in layer.modules():
             if isinstance(module, torch.nn.Linear):
-                module.weight.data = torch.empty(0, dtype=module.weight.dtype, device=module.weight.device)
+                _empty(module)
+    if lm_head:
+        head = decoder.lm_head
+        decoder.lm_head = quantize(head, dtype)
+        if head.data_ptr() != decoder.embed.data_ptr():
+            _empty(hf_model.lm_head)
+
+
+def _empty(module: torch.nn.Module) -> None:
+    module.weight.data = torch.empty(0, dtype=module.weight.dtype, device=module.weight.device)
 
 
 def decoder_weight_bytes(decoder: FastDecoder) -> int:
     """Bytes of every tensor the decoder reads, each storage counted once (tied embeddings)."""
-    tensors: list[Tensor] = [decoder.embed, decoder.norm, decoder.lm_head]
-    for weights in decoder.layers:
-        for value in vars(weights).values():
-            if isinstance(value, QuantWeight):
-                tensors += [value.q, value.scale]
-            elif isinstance(value, Tensor):
-                tensors.append(value)
+    tensors: list[Tensor] = []
+    for value in [decoder.embed, decoder.norm, decoder.lm_head,
+                  *(value for weights in decoder.layers for value in vars(weights).values())]:
+        if isinstance(value, QuantWeight):
+            tensors += [value.q, value.scale]
+        elif isinstance(value, Tensor):
+            tensors.append(value)
     seen: dict[int, int] = {}
     for t in tensors:
         seen[t.data_ptr()] = max(seen.get(t.data_ptr(), 0), t.numel() * t.element_size())
@@ -74,21 +84,36 @@ def decoder_weight_bytes(decoder: FastDecoder) -> int:
 # inference mode as the engine's own states: a compiled layer guards on its inputs' dispatch keys, so a state made
 # under no_grad here recompiled every compiled layer when the measured run began (issue 36)
 @torch.inference_mode()
-def reference_run(decoder: FastDecoder, seed: int = 0) -> Reference:
-    """The bfloat16 decoder's greedy run over the guard prompts (eager; call before quantising)."""
+def reference_run(decoder: FastDecoder, lm_head: bool = False, seed: int = 0) -> Reference:
+    """The bfloat16 decoder's greedy run over the guard prompts (eager; call before quantising), recording
+    the products of every matrix the dtype will quantise (lm_head's with `lm_head`)."""
     gen = torch.Generator().manual_seed(seed)
     prompts = torch.randint(1, decoder.embed.shape[0], (GUARD_ROWS, GUARD_PROMPT_LEN), generator=gen)
     state = _fresh_state(decoder, GUARD_ROWS)
-    with ProductRecorder(_matrices(decoder)) as recorder:
+    with ProductRecorder(_matrices(decoder, lm_head)) as recorder:
         _prefill(decoder, state, prompts)
     logits = torch.stack([decoder.decode_step(state).float() for _ in range(GUARD_STEPS)])
     return Reference(prompts, state.out[:, :1 + GUARD_STEPS].cpu(), logits, recorder.products)
 
 
-def _matrices(decoder: FastDecoder) -> dict[int, tuple[Tensor, int, str]]:
-    """Each bfloat16 decoder matrix by identity → (the tensor, its layer, its name), for ProductRecorder."""
-    return {id(w): (w, i, name) for i, layer in enumerate(decoder.layers) for name in MATRICES
-            if isinstance(w := getattr(layer, name), Tensor)}
+def quantized_matrices(decoder: FastDecoder) -> dict[tuple[int, str], Tensor | QuantWeight]:
+    """Each quantised matrix by (layer, name): every layer's four, and a quantised lm_head as layer
+    `len(decoder.layers)` (it runs after the last layer)."""
+    found: dict[tuple[int, str], Tensor | QuantWeight] = {
+        (i, name): getattr(layer, name) for i, layer in enumerate(decoder.layers) for name in MATRICES}
+    if isinstance(decoder.lm_head, QuantWeight):
+        found[(len(decoder.layers), LM_HEAD)] = decoder.lm_head
+    return found
+
+
+def _matrices(decoder: FastDecoder, lm_head: bool) -> dict[int, tuple[Tensor, int, str]]:
+    """Each bfloat16 matrix the dtype will quantise by identity → (the tensor, its layer, its name), for
+    ProductRecorder; lm_head (as layer `len(decoder.layers)`) with `lm_head`."""
+    found = {id(w): (w, i, name) for i, layer in enumerate(decoder.layers) for name in MATRICES
+             if isinstance(w := getattr(layer, name), Tensor)}
+    if lm_head:
+        found[id(decoder.lm_head)] = (decoder.lm_head, len(decoder.layers), LM_HEAD)
+    return found
 
 
 @torch.inference_mode()
@@ -124,20 +149,19 @@ def guard_rows(tensor_core_rows: int) -> list[int]:
     return rows
 
 
-def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: str,
+def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: str, lm_head: bool,
                         step_runner: StepRunner, prepare: Callable[[], None]) -> dict[str, Any]:
-    """Record the bfloat16 reference, quantise in place, `prepare` the decoder (compile), warm the
-    kernels (choosing the Triton tiles), measure each product's error per kernel path, then check every
-    kernel path end to end against the reference; returns model.json's accuracy fields, the tiles, and
-    under LAYER_ERRORS the per-product rows (quant_error.parquet)."""
-    reference = reference_run(decoder)
-    quantize_decoder(decoder, hf_model, dtype)
+    """Record the bfloat16 reference, quantise in place (lm_head too with `lm_head`), `prepare` the decoder
+    (compile), warm the kernels (choosing the Triton tiles), measure each product's error per kernel path,
+    then check every kernel path end to end against the reference; returns model.json's accuracy fields, the
+    tiles, and under LAYER_ERRORS the per-product rows (quant_error.parquet)."""
+    reference = reference_run(decoder, lm_head)
+    quantize_decoder(decoder, hf_model, dtype, lm_head)
     prepare()
     tiles = warm_kernels(decoder)
     paths = guard_rows(decoder.layers[0].wqkv.tensor_core_rows)
-    weight_of = {(i, name): getattr(layer, name) for i, layer in enumerate(decoder.layers) for name in MATRICES}
     with torch.inference_mode():  # the recorded products are inference tensors
-        errors = layer_errors(reference.products, weight_of, paths)
+        errors = layer_errors(reference.products, quantized_matrices(decoder), paths)
     reference.products.clear()  # their inputs and outputs take memory the graphs below can use
     checks = [{**accuracy(decoder, reference, rows, step_runner), **path_summary(errors, rows)} for rows in paths]
     return {"quant_logits_cosine": min(c["logits_cosine"] for c in checks),
@@ -155,8 +179,10 @@ def warm_kernels(decoder: FastDecoder) -> dict[str, list | dict]:
         return {}
     from runners.engines.kernels import quant_kernels
     tiles: dict[str, list | dict] = {}
-    for name in MATRICES:
-        weights = [getattr(layer, name) for layer in decoder.layers]
+    by_name: dict[str, list[QuantWeight]] = {}
+    for (_, name), weight in quantized_matrices(decoder).items():
+        by_name.setdefault(name, []).append(weight)
+    for name, weights in by_name.items():
         w = weights[0]
         pairs = [(m.q, m.scale) for m in weights]
         if w.tensor_core_rows > 0:

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = validate(json.loads(args.spec))
     device = parallel.rank_device(torch.device(args.device), args.rank)
     group = parallel.connect(args.rank, args.world, args.port, device, spec.tensor_parallel > 1)
-    loaded = models.load(spec.model, spec.dtype, device, spec.seed)
+    loaded = models.load(spec.model, spec.dtype, device, spec.seed, spec.quantize_lm_head)
     serve(local_engine(spec, loaded, group), group)
     dist.destroy_process_group()
     return 0

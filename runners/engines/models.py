@@ -10,7 +10,7 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from runners.engines.presets import PRESETS
-from runners.engines.quant_layout import QUANT_DTYPES, decoder_matrices, quantized_weight_bytes
+from runners.engines.quant_layout import QUANT_DTYPES, quantized_model_bytes
 from runners.spec import SpecError
 
 DTYPES: dict[str, torch.dtype] = {
@@ -41,6 +41,7 @@ class ModelInfo:
     vocab: int
     context: int
     dtype: str
+    quantize_lm_head: bool = False  # a quantised dtype's output head is one-byte too (runners.engines.quant_layout)
     # measured by the fast engine at load for quantised dtypes (runners.engines.fast_quant): the worst
     # kernel path's mean logits cosine and greedy-token agreement with bfloat16, and every path's check
     quant_logits_cosine: float | None = None
@@ -89,7 +90,7 @@ def check_loadable(name: str) -> None:
         raise SpecError("model", f"{name} cannot be loaded: {reason}") from None
 
 
-def describe(name: str, config: transformers.PretrainedConfig, dtype: str) -> ModelInfo:
+def describe(name: str, config: transformers.PretrainedConfig, dtype: str, quantize_lm_head: bool = False) -> ModelInfo:
     """Parameter count and KV bytes per token from the config alone (no weights needed)."""
     hidden = config.hidden_size
     heads = config.num_attention_heads
@@ -109,18 +110,20 @@ def describe(name: str, config: transformers.PretrainedConfig, dtype: str) -> Mo
     elem = torch.empty((), dtype=DTYPES.get(dtype, torch.bfloat16)).element_size()
     weight_bytes = params * elem
     if dtype in QUANT_DTYPES:
-        weight_bytes = quantized_weight_bytes(params, *decoder_matrices(layers, hidden, heads, kv_heads,
-                                                                        head_dim, inter))
+        weight_bytes = quantized_model_bytes(params, layers, hidden, heads, kv_heads, head_dim, inter, vocab,
+                                             config.tie_word_embeddings, quantize_lm_head)
     return ModelInfo(
         name=name, source="preset" if name in PRESETS else "local", architecture=config.model_type,
         params=params, weight_bytes=weight_bytes, kv_bytes_per_token=2 * layers * kv_heads * head_dim * elem,
         layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         intermediate=inter, vocab=vocab, context=config.max_position_embeddings, dtype=dtype,
+        quantize_lm_head=quantize_lm_head,
     )
 
 
-def load(name: str, dtype: str, device: torch.device, seed: int = 0) -> LoadedModel:
-    """Build the model on the device: random weights for a preset, the checkpoint for a local path."""
+def load(name: str, dtype: str, device: torch.device, seed: int = 0, quantize_lm_head: bool = False) -> LoadedModel:
+    """Build the model on the device: random weights for a preset, the checkpoint for a local path.
+    `quantize_lm_head` travels in the info to the engine that quantises (runners.engines.fast_quant)."""
     config = model_config(name)
     torch_dtype = DTYPES[dtype]
     if name in PRESETS:
@@ -132,7 +135,7 @@ def load(name: str, dtype: str, device: torch.device, seed: int = 0) -> LoadedMo
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, trust_remote_code=False)
         model.to(device)
     model.eval()
-    info = describe(name, config, dtype)
+    info = describe(name, config, dtype, quantize_lm_head)
     info.params = sum(p.numel() for p in model.parameters())
     info.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     return LoadedModel(model=model, config=config, info=info, device=device, dtype=torch_dtype)

@@ -3,8 +3,10 @@
 Torch-free, so the spec, the New sweep form and `batchscope.analysis.model_facts` share one formula
 with `runners.engines.models.describe()`. Quantised dtypes quantise only the decoder's linear matrices (fused
 QKV, output projection, fused gate/up, down projection) to one byte per element plus one float32 scale
-per output row; embeddings, norms, biases and lm_head stay bfloat16, and so do activations and the
-KV cache.
+per output row; embeddings, norms and biases stay bfloat16, and so do activations and the KV cache. The
+output head (lm_head) stays bfloat16 unless the sweep asks for it too (`quantize_lm_head`): vLLM keeps it
+bfloat16, gpt-fast and torchao quantise it, and at batch 1 on an 8B model it is a tenth of the bytes a decode
+step reads (docs/quantisation.md).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ QUANT_DTYPES: dict[str, str] = {
 }
 QUANT_ENGINES = ("fast",)
 MATRICES = ("wqkv", "wo", "w13", "w2")  # the quantised matrices of each decoder layer, in the order a layer runs them
+LM_HEAD = "lm_head"  # the output head's name where per-product errors are listed (quant_error.parquet)
 ACTIVATION_BYTES = 2  # bfloat16
 QUANT_ELEMENT_BYTES = 1
 SCALE_BYTES = 4  # float32: what torch._scaled_mm's rowwise scales must be
@@ -32,6 +35,19 @@ def quantized_weight_bytes(params: int, matrix_elements: int, matrix_rows: int) 
     quantised and whose other `params - matrix_elements` parameters stay bfloat16."""
     return (matrix_elements * QUANT_ELEMENT_BYTES + matrix_rows * SCALE_BYTES
             + (params - matrix_elements) * ACTIVATION_BYTES)
+
+
+def quantized_model_bytes(params: int, layers: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                          intermediate: int, vocab: int, tied: bool, lm_head: bool) -> int:
+    """Bytes of a quantised model (`params` as counted with a tied head once). A quantised lm_head's
+    vocab × hidden elements join the one-byte matrices; a tied one gets its own one-byte copy, since the
+    embedding lookup keeps reading the bfloat16 table."""
+    elements, rows = decoder_matrices(layers, hidden, heads, kv_heads, head_dim, intermediate)
+    if lm_head and tied:
+        return quantized_weight_bytes(params, elements, rows) + vocab * (hidden * QUANT_ELEMENT_BYTES + SCALE_BYTES)
+    if lm_head:
+        return quantized_weight_bytes(params, elements + vocab * hidden, rows + vocab)
+    return quantized_weight_bytes(params, elements, rows)
 
 
 def decoder_matrices(layers: int, hidden: int, heads: int, kv_heads: int, head_dim: int,

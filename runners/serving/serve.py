@@ -36,6 +36,7 @@ from runners.engines import devices, models
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.engines.live import LiveEngine
+from runners.engines.quant_layout import QUANT_DTYPES
 from runners.engines.scheduler import Request
 from runners.serving.serve_body import BadRequest, parse
 from runners.spec import model_context
@@ -214,7 +215,7 @@ def build(args: argparse.Namespace, timings: TextIO | None) -> tuple[Completions
     device = devices.resolve(args.device)
     devices.use(device)
     devices.check_dtype(device, args.dtype)
-    loaded = models.load(args.model, args.dtype, device, args.seed)
+    loaded = models.load(args.model, args.dtype, device, args.seed, args.quantize_lm_head)
     static = FastEngine(loaded)
     engine = ContinuousEngine(static.decoder, device, graphs=static.graphs)
     engine.setup(args.max_num_seqs, args.max_model_len, args.max_num_batched_tokens)
@@ -240,6 +241,10 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.max_model_len > model_context(args.model):
         print(f"error: --max-model-len {args.max_model_len} is over the model's context {model_context(args.model)}",
+              file=sys.stderr)
+        return 2
+    if args.quantize_lm_head and args.dtype not in QUANT_DTYPES:
+        print(f"error: --quantize-lm-head needs a quantised --dtype ({', '.join(QUANT_DTYPES)}), not {args.dtype}",
               file=sys.stderr)
         return 2
     key = os.environ.get(args.api_key_env) if args.api_key_env else None

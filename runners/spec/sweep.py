@@ -52,6 +52,10 @@ class SweepSpec:
     dtype: str = option("bfloat16", label="dtype", memory=True, choices=DTYPES,
                         help="float32, bfloat16, float16, or with --engine fast: fp8, fp8-dynamic, int8 (quantised "
                              "weights, bfloat16 activations and KV cache)")
+    quantize_lm_head: bool = option(False, label="Quantise lm_head too", memory=True,
+                                    help="with fp8, fp8-dynamic or int8: quantise the output head (lm_head) as well, "
+                                         "its error recorded beside the layers' (default: it stays bfloat16, as in "
+                                         "vLLM; gpt-fast and torchao quantise it)")
     engine: str = option("hf-generate", label="Engine", memory=True, choices=ENGINES,
                          help="hf-generate, fast, or endpoint (a running server; options below)")
     mode: str = option(DEFAULT_MODE, label="Batching mode", memory=True, choices=MODES,

@@ -49,9 +49,12 @@ def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> S
     spec = SweepSpec(model=model)
     copy_given(spec, values, "dtype", "engine", "mode", "on_oom", "device", "name", "prompt_len", "output_len",
                "repeats", "warmup", "seed", "max_batch_size", "tensor_parallel", "replicas", "telemetry_hz",
-               "calibrate", "target_interval", "replays", "max_draws", "point_budget_s")
+               "calibrate", "target_interval", "replays", "max_draws", "point_budget_s", "quantize_lm_head")
     _check_choice(spec.dtype, DTYPES, "dtype", found)
     _check_choice(spec.engine, ENGINES, "engine", found)
+    if spec.quantize_lm_head and spec.dtype in DTYPES and spec.dtype not in QUANT_DTYPES:
+        found.setdefault("quantize_lm_head", f"lm_head is quantised with the other weights: choose a quantised dtype "
+                                             f"({', '.join(QUANT_DTYPES)}), not {spec.dtype}")
     if spec.dtype in QUANT_DTYPES and spec.engine in ENGINES and spec.engine not in QUANT_ENGINES:
         found.setdefault("engine", f"dtype {spec.dtype} quantises weights inside the "
                                    f"{' or '.join(QUANT_ENGINES)} engine; {spec.engine} cannot run it")
