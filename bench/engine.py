@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runners.engines.base import Batch, Engine  # noqa: E402
 from runners.engines.fast import FastEngine  # noqa: E402
+from runners.engines.quant_error import LAYER_ERRORS  # noqa: E402
+from runners.engines.quant_layout import LM_HEAD  # noqa: E402
 from runners.engines.hf_generate import HFGenerateEngine  # noqa: E402
 from runners.engines.models import LoadedModel, load  # noqa: E402
 from runners.telemetry.calibrate import calibrate  # noqa: E402
@@ -152,9 +154,12 @@ def main() -> None:
     for model in args.models.split(","):
         for dtype in args.dtypes.split(","):
             weights, _, head = dtype.partition("+")
+            torch._dynamo.reset()  # as in a sweep, one model's compiled code: every model adds guard entries to the
+            # same code objects, and the 4th compiled model of a process hit the recompile limit (2026-12-04)
             loaded = load(model, weights, device, quantize_lm_head=head == "lm_head")
             for name in args.engines.split(","):
                 engine = make(name, loaded, args)
+                errors = quant_errors(engine.facts())
                 repeats = 1 if name == "hf-generate" else args.repeats
                 for b, p, n in cases(model, name, args.quick, args.batches):
                     try:
@@ -162,7 +167,7 @@ def main() -> None:
                     except torch.OutOfMemoryError as err:
                         r = {"batch": b, "prompt": p, "output": n, "status": "oom", "error": str(err)}
                     engine.release()
-                    r.update(engine=name, engine_version=engine.version(), model=model, dtype=dtype)
+                    r.update(engine=name, engine_version=engine.version(), model=model, dtype=dtype, **errors)
                     results.append(r)
                     print(row_text(model, name, r), flush=True)
                     Path(args.json).write_text(json.dumps({"env": env, "calibration": calib, "args": vars(args),
@@ -173,6 +178,16 @@ def main() -> None:
     print(f"wrote {args.json}")
     for line in step_shares(results):
         print(line)
+
+
+def quant_errors(facts: dict) -> dict:
+    """A quantised engine's product errors against bfloat16 (runners.engines.quant_error): the median and worst
+    over the layers, and lm_head's per kernel path when it is quantised; nothing for other engines."""
+    if facts.get("quant_layer_error_median") is None:
+        return {}
+    head = {str(e["rows"]): e["rel_error"] for e in facts[LAYER_ERRORS] if e["matrix"] == LM_HEAD}
+    return {"layer_error_median": facts["quant_layer_error_median"], "layer_error_max": facts["quant_layer_error_max"],
+            "lm_head_error_by_rows": head or None}
 
 
 def step_shares(results: list[dict]) -> list[str]:

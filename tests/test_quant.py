@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -252,6 +253,21 @@ def test_quant_note_says_each_kernel_path_and_what_random_weights_mean() -> None
     older = {**model_facts("llama-3.1-8b", "int8"), "quant_logits_rel_error": 0.079}
     assert "7.90% (relative L2)" in quant_note(older)
     assert quant_note(model_facts("llama-3.1-8b", "int8")) is None  # not measured yet: nothing to say
+    assert "norms and lm_head in bfloat16" in note
+    head = quant_note({**model_facts("llama-3.1-8b", "fp8", True), "quant_accuracy": model["quant_accuracy"]})
+    assert "(8.56 GB with scales; embeddings and norms in bfloat16)" in head  # 9.09 GB − 128 256 × (4 096 − 4) B
+
+
+def test_the_run_pages_error_table_gives_a_quantised_lm_head_its_own_column() -> None:
+    from batchscope.ui.quant_error_view import error_table, summary_lines
+
+    errors = pd.DataFrame([{"rows": 4, "kernel": quant.TRITON, "layer": layer, "matrix": matrix, "rel_error": error}
+                           for layer, matrix, error in [(0, "wqkv", 0.006), (0, "w2", 0.009), (1, "wqkv", 0.007),
+                                                        (1, "w2", 0.008), (2, LM_HEAD, 0.0065)]])
+    table = error_table(errors)
+    assert list(table.columns) == ["kernel path", "layer", "wqkv", "w2", LM_HEAD]
+    assert table[LM_HEAD].tolist()[2] == pytest.approx(0.65) and table[LM_HEAD].isna().tolist() == [True, True, False]
+    assert summary_lines(errors) == ["4 rows through triton w8a16: median 0.70%, worst 0.90% (layer 0 w2) over 5 products"]
 
 
 def test_quantised_model_bytes_by_hand() -> None:

@@ -68,7 +68,8 @@ def quant_note(model: dict[str, Any] | None) -> str | None:
         return None
     weight_bytes = model.get("weight_bytes") or 0
     amount = f"{weight_bytes / 1e9:.2f} GB" if weight_bytes >= 1e8 else f"{weight_bytes / 1e6:.2f} MB"
-    size = f"{model['dtype']} weights ({amount} with scales; embeddings, norms and lm_head in bfloat16)"
+    kept = "embeddings and norms" if model.get("quantize_lm_head") else "embeddings, norms and lm_head"
+    size = f"{model['dtype']} weights ({amount} with scales; {kept} in bfloat16)"
     checks = model.get("quant_accuracy") or []
     random = model.get("source") == "preset"
     if checks:

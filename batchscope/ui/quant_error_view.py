@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from runners.engines.quant_layout import MATRICES
+from runners.engines.quant_layout import LM_HEAD, MATRICES
 
 from batchscope.store import Store
 from batchscope.ui.plain_text import plain
@@ -36,7 +36,7 @@ def error_table(errors: pd.DataFrame) -> pd.DataFrame:
     table = errors.assign(path=[path_name(r, k) for r, k in zip(errors["rows"], errors["kernel"])],
                           error=errors["rel_error"] * 100)
     wide = table.pivot_table(index=["rows", "path", "layer"], columns="matrix", values="error", sort=False)
-    wide = wide[[m for m in MATRICES if m in wide.columns]].reset_index()
+    wide = wide[[m for m in (*MATRICES, LM_HEAD) if m in wide.columns]].reset_index()
     wide = wide.drop(columns="rows").rename(columns={"path": "kernel path"})
     wide.columns.name = None
     return wide
@@ -64,7 +64,9 @@ def show(store: Store, run_id: str) -> None:
                    "of 4 × 32 prompt tokens, recomputed from the same input with the quantised matrix by each "
                    "kernel path the run's steps take: ‖y_quantised − y_bfloat16‖ / ‖y_bfloat16‖. Unlike the "
                    "end-to-end figures above, it does not compound through the network, so it means the same "
-                   "on random and on trained weights.")
+                   "on random and on trained weights."
+                   + (f" A quantised {LM_HEAD} is drawn as the layer after the last, from the 4 prompts' last "
+                      f"tokens (the only rows the prefill runs it on)." if LM_HEAD in set(errors["matrix"]) else ""))
         for line in summary_lines(errors):
             st.markdown(f"- {plain(line)}")
         st.altair_chart(error_chart(errors), width="content")
