@@ -259,7 +259,7 @@ def test_quant_note_says_each_kernel_path_and_what_random_weights_mean() -> None
 
 
 def test_the_run_pages_error_table_gives_a_quantised_lm_head_its_own_column() -> None:
-    from batchscope.ui.quant_error_view import error_table, summary_lines
+    from batchscope.ui.quant_error_view import error_chart, error_table, summary_lines
 
     errors = pd.DataFrame([{"rows": 4, "kernel": quant.TRITON, "layer": layer, "matrix": matrix, "rel_error": error}
                            for layer, matrix, error in [(0, "wqkv", 0.006), (0, "w2", 0.009), (1, "wqkv", 0.007),
@@ -268,6 +268,11 @@ def test_the_run_pages_error_table_gives_a_quantised_lm_head_its_own_column() ->
     assert list(table.columns) == ["kernel path", "layer", "wqkv", "w2", LM_HEAD]
     assert table[LM_HEAD].tolist()[2] == pytest.approx(0.65) and table[LM_HEAD].isna().tolist() == [True, True, False]
     assert summary_lines(errors) == ["4 rows through triton w8a16: median 0.70%, worst 0.90% (layer 0 w2) over 5 products"]
+
+    both = pd.concat([errors.assign(rows=20, kernel=quant.INT8_TENSOR_CORES), errors])
+    spec = error_chart(both).to_dict()
+    assert spec["facet"]["column"]["sort"] == ["4 rows through triton w8a16", "20 rows through int_mm int8 activations"]
+    assert spec["spec"]["encoding"]["x"]["scale"]["domain"] == [-0.5, 2.5]  # the head's point inside the frame
 
 
 def test_quantised_model_bytes_by_hand() -> None:

@@ -43,15 +43,19 @@ def error_table(errors: pd.DataFrame) -> pd.DataFrame:
 
 
 def error_chart(errors: pd.DataFrame) -> alt.Chart:
-    """Error (%) per layer, a line per matrix, a panel per kernel path."""
+    """Error (%) per layer, a line per matrix, a panel per kernel path in row order; half a layer of room at each
+    end, so the first and last layers' points (a quantised lm_head's alone) are not cut by the frame."""
     data = errors.assign(path=[path_name(r, k) for r, k in zip(errors["rows"], errors["kernel"])],
-                         error=errors["rel_error"] * 100)
+                         error=errors["rel_error"] * 100).sort_values("rows", kind="stable")
+    last = int(data["layer"].max())
     return alt.Chart(data).mark_line(point=True).encode(
-        x=alt.X("layer:Q", title="layer", axis=alt.Axis(tickMinStep=1)),
+        x=alt.X("layer:Q", title="layer", axis=alt.Axis(tickMinStep=1),
+                scale=alt.Scale(domain=[-0.5, last + 0.5], nice=False)),
         y=alt.Y("error:Q", title="error vs bfloat16 (%)", scale=alt.Scale(zero=True)),
         color=alt.Color("matrix:N", title="matrix"),
         tooltip=["path:N", "layer:Q", "matrix:N", alt.Tooltip("error:Q", format=".3f", title="error (%)")],
-    ).properties(width=320, height=200).facet(column=alt.Column("path:N", title=None))
+    ).properties(width=320, height=200).facet(column=alt.Column("path:N", title=None,
+                                                                sort=list(dict.fromkeys(data["path"]))))
 
 
 def show(store: Store, run_id: str) -> None:
