@@ -90,7 +90,8 @@ def check_loadable(name: str) -> None:
         raise SpecError("model", f"{name} cannot be loaded: {reason}") from None
 
 
-def describe(name: str, config: transformers.PretrainedConfig, dtype: str, quantize_lm_head: bool = False) -> ModelInfo:
+def describe(name: str, config: transformers.PretrainedConfig, dtype: str,
+             quantize_lm_head: bool = False) -> ModelInfo:
     """Parameter count and KV bytes per token from the config alone (no weights needed)."""
     hidden = config.hidden_size
     heads = config.num_attention_heads
