@@ -225,6 +225,26 @@ def test_int8_sweep_end_to_end_records_quantised_weights_and_the_guard(int8_run:
     assert sorted(stored["rel_error"]) == sorted(e["rel_error"] for e in errors)
 
 
+def test_a_sweep_with_a_quantised_lm_head_records_it_from_the_flag_to_the_run_pages_table(tmp_path: Path) -> None:
+    from batchscope.ui.quant_error_view import error_table
+
+    out = tmp_path / "fp8-head"
+    done = run_runner(out, "--model", "tiny", "--engine", "fast", "--dtype", "fp8", "--quantize-lm-head", "--device",
+                      "cpu", "--batch-sizes", "1", "--prompt-len", "fixed:8", "--output-len", "fixed:4", "--repeats",
+                      "1", "--warmup", "0", "--no-calibrate")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "spec.json").read_text())["quantize_lm_head"] is True
+    model = json.loads((out / "model.json").read_text())
+    assert model["quantize_lm_head"] and model["weight_bytes"] == model_facts("tiny", "fp8", True)["weight_bytes"]
+    assert "weights fp8 with lm_head" in json.loads((out / "env.json").read_text())["engine"]
+    head = [e for e in pq.read_table(out / "quant_error.parquet").to_pylist() if e["matrix"] == LM_HEAD]
+    assert [(e["layer"], e["rows"]) for e in head] == [(2, 4), (2, 20)]
+    with Store(tmp_path / "history.duckdb") as store:
+        assert ingest_run(store, out).warnings == []
+        table = error_table(store.quant_errors(out.name))
+    assert table.loc[table["layer"] == 2, LM_HEAD].notna().all() and table[LM_HEAD].notna().sum() == 2
+
+
 def test_fp8_matmul_calibration_probe_and_spec_table() -> None:
     result = calibrate(torch.device("cpu"), torch.float8_e4m3fn)
     assert result["dtype"] == "float8_e4m3fn" and result["matmul_flops_per_s"] > 0
