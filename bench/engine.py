@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runners.engines.base import Batch, Engine  # noqa: E402
 from runners.engines.fast import FastEngine  # noqa: E402
 from runners.engines.quant_error import LAYER_ERRORS  # noqa: E402
-from runners.engines.quant_layout import LM_HEAD  # noqa: E402
+from runners.engines.quant_layout import LM_HEAD, QUANT_DTYPES  # noqa: E402
 from runners.engines.hf_generate import HFGenerateEngine  # noqa: E402
 from runners.engines.models import LoadedModel, load  # noqa: E402
 from runners.telemetry.calibrate import calibrate  # noqa: E402
@@ -113,7 +113,7 @@ def make(engine: str, loaded: LoadedModel, args: argparse.Namespace) -> Engine:
 
 
 def row_text(model: str, engine: str, r: dict) -> str:
-    head = f"{engine:11} {model:13} {r['dtype']:8} {r['batch']:>4} {r['prompt']:>5} {r['output']:>4}"
+    head = f"{engine:11} {model:13} {r['dtype']:12} {r['batch']:>4} {r['prompt']:>5} {r['output']:>4}"
     if r["status"] != "ok":
         return f"{head}  {r['status']}: {r.get('error', '')[:80]}"
     return (f"{head} {r['decode_step_ms']:8.2f} {r['floor_bytes_ms']:7.2f} {r['floor_flops_ms']:7.2f} "
@@ -121,7 +121,7 @@ def row_text(model: str, engine: str, r: dict) -> str:
             f"{100 * r['prefill_mfu']:5.1f} {r['setup_s']:7.2f} {r['peak_allocated_bytes'] / 2**30:7.1f}")
 
 
-HEADER = ("engine      model         dtype       B  prompt  out  step_ms bytes_fl flops_fl  ratio   out_tok/s "
+HEADER = ("engine      model         dtype           B  prompt  out  step_ms bytes_fl flops_fl  ratio   out_tok/s "
           "prefill_ms  MFU%  setup_s peak_GiB")
 
 
@@ -139,6 +139,10 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true", help="fast engine: CUDA graphs of the eager step")
     ap.add_argument("--json", default="docs/bench-engine.json")
     args = ap.parse_args()
+    for dtype in args.dtypes.split(","):
+        weights, _, head = dtype.partition("+")
+        if head not in ("", "lm_head") or (head and weights not in QUANT_DTYPES):
+            sys.exit(f"unknown dtype {dtype!r}: a quantised dtype takes +lm_head ({', '.join(QUANT_DTYPES)})")
     if not torch.cuda.is_available():
         sys.exit("bench/engine.py measures a GPU; no CUDA device here")
     device = torch.device("cuda")

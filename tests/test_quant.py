@@ -161,11 +161,25 @@ def test_engine_quantises_lm_head_on_request_frees_its_bf16_copy_and_measures_it
     assert len(engine.generate(Batch(prompt_ids=[[3] * 9, [4] * 5], output_lens=[4, 4])).tokens[0]) == 4
 
 
-def test_lm_head_is_quantised_only_with_a_quantised_dtype() -> None:
-    with pytest.raises(SpecError) as err:
-        validate({"model": "tiny", "engine": "fast", "dtype": "bfloat16", "quantize_lm_head": True})
-    assert err.value.field == "quantize_lm_head" and "quantised dtype" in str(err.value)
+def test_lm_head_is_quantised_only_by_the_fast_engine_with_a_quantised_dtype_and_a_vocabulary_that_fits(
+        tmp_path: Path) -> None:
+    for engine, dtype in (("fast", "bfloat16"), ("hf-generate", "bfloat16")):
+        with pytest.raises(SpecError) as err:
+            validate({"model": "tiny", "engine": engine, "dtype": dtype, "quantize_lm_head": True})
+        assert err.value.field == "quantize_lm_head" and "fast engine" in str(err.value)
+        assert f"not {engine} with {dtype}" in str(err.value)
     assert validate({"model": "tiny", "engine": "fast", "dtype": "int8", "quantize_lm_head": True}).quantize_lm_head
+    (tmp_path / "config.json").write_text(json.dumps({**PRESETS["tiny"], "vocab_size": 32_001}))
+    with pytest.raises(SpecError) as err:  # refused before any weight loads, not when quantize() meets the head
+        validate({"model": str(tmp_path), "engine": "fast", "dtype": "int8", "quantize_lm_head": True},
+                 [tmp_path.parent])
+    assert err.value.field == "quantize_lm_head"
+    assert "int8 needs lm_head's rows in multiples of 8" in str(err.value) and "32,001" in str(err.value)
+    (tmp_path / "config.json").write_text(json.dumps({**PRESETS["tiny"], "vocab_size": 32_008}))
+    assert validate({"model": str(tmp_path), "engine": "fast", "dtype": "int8", "quantize_lm_head": True},
+                    [tmp_path.parent]).quantize_lm_head
+    with pytest.raises(SpecError, match="multiples of 16"):
+        validate({"model": str(tmp_path), "engine": "fast", "dtype": "fp8", "quantize_lm_head": True}, [tmp_path.parent])
 
 
 def test_guard_flags_a_broken_quantisation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,6 +55,8 @@ def test_summaries_name_each_paths_median_and_worst_product() -> None:
     assert path_summary(errors, 4) == {"layer_error_median": 0.02, "layer_error_max": 0.03,
                                        "layer_error_worst": "layer 1 w2"}
     assert model_summary(errors) == {"quant_layer_error_median": 0.05, "quant_layer_error_max": 0.05}
+    head = [*errors, {"rows": 4, "kernel": "k", "layer": 2, "matrix": "lm_head", "rel_error": 0.04}]
+    assert path_summary(head, 4)["layer_error_worst"] == "lm_head"  # layer 2 is no decoder layer of this model
 
 
 def test_the_bfloat16_prefill_records_every_matrix_product_with_its_input() -> None:

@@ -50,6 +50,17 @@ def test_partners_share_model_dtype_lengths_and_differ_in_one_thing() -> None:
     assert partners.continuous_partners(tp, RUNS, SPECS.get) == []  # a one-GPU continuous run is no match for TP=2
 
 
+def test_a_run_that_quantised_lm_head_too_is_not_the_plain_int8_run_and_says_so() -> None:
+    runs = pd.concat([RUNS, pd.DataFrame({"run_id": ["int8-head"], "engine": ["fast"], "model": ["m"],
+                                          "dtype": ["int8"], "state": ["done"], "points_ok": [9]})])
+    specs = {**SPECS, "int8-head": {**CHAT, "quantize_lm_head": True}}
+    assert partners.quantised_partners(BASE, runs, specs.get) == ["fp8", "int8"]  # more points, other weights
+    head = {**BASE, "run_id": "int8-head", "dtype": "int8", "spec": specs["int8-head"]}
+    assert partners.siblings(head, runs, specs.get) == []  # the plain int8 run quantised less
+    assert quantised.dtype_label((head, None)) == "int8 + lm_head"
+    assert quantised.dtype_label(({**head, "spec": SPECS["int8"]}, None)) == "int8"
+
+
 # ---- a. continuous batching ----
 
 def continuous_runs(slo: SLO) -> tuple[Told, Told]:

@@ -27,6 +27,11 @@ def gpus(spec: dict[str, Any] | None) -> tuple[int, int]:
     return int(spec.get("tensor_parallel") or 1), int(spec.get("replicas") or 1)
 
 
+def head_quantised(spec: dict[str, Any] | None) -> bool:
+    """Whether the run quantised lm_head too (False for a run from before the option)."""
+    return bool((spec or {}).get("quantize_lm_head"))
+
+
 def is_quantised(dtype: str | None) -> bool:
     return dtype in QUANT_DTYPES
 
@@ -42,11 +47,12 @@ def siblings(run: dict[str, Any], runs: pd.DataFrame, spec_of: SpecOf, *, dtype:
     layout = layout if layout is not None else gpus(run.get("spec"))
     same = runs[(runs["run_id"] != run.get("run_id")) & (runs["engine"] == run.get("engine"))
                 & (runs["model"] == run.get("model_name")) & (runs["dtype"] == want) & (runs["points_ok"] > 0)]
-    own = lengths(run.get("spec"))
+    own, head = lengths(run.get("spec")), head_quantised(run.get("spec")) and want == run.get("dtype")
     found = []
     for row in same.to_dict("records"):
         spec = spec_of(str(row["run_id"])) or {}
-        if spec.get("mode", "static") == mode and gpus(spec) == layout and lengths(spec) == own:
+        if (spec.get("mode", "static") == mode and gpus(spec) == layout and lengths(spec) == own
+                and head_quantised(spec) == head):
             found.append(row)
     found.sort(key=lambda row: (row.get("state") == "done", int(row["points_ok"])), reverse=True)
     return [str(row["run_id"]) for row in found]

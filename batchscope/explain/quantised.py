@@ -7,7 +7,7 @@ from typing import Any
 from batchscope.analysis.marker import pct
 from batchscope.analysis.noise import spreads_overlap
 from batchscope.explain import charts
-from batchscope.explain.partners import is_quantised
+from batchscope.explain.partners import head_quantised, is_quantised
 from batchscope.explain.step import Step
 from batchscope.explain.throughput import stops_at
 from batchscope.explain.told import Told, best, name
@@ -46,7 +46,8 @@ def moves(base: Told, quantised: list[Told]) -> bool:
 
 
 def dtype_label(told: Told) -> str:
-    return str(told[0].get("dtype") or (told[0].get("model") or {}).get("dtype") or "?")
+    dtype = str(told[0].get("dtype") or (told[0].get("model") or {}).get("dtype") or "?")
+    return f"{dtype} + lm_head" if head_quantised(told[0].get("spec")) else dtype
 
 
 def quant_first(labels: dict[str, Told]) -> str:

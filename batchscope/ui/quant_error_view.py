@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from runners.engines.quant_layout import LM_HEAD, MATRICES
+from runners.engines.quant_layout import LM_HEAD, MATRICES, product_name
 
 from batchscope.store import Store
 from batchscope.ui.plain_text import plain
@@ -26,7 +26,7 @@ def summary_lines(errors: pd.DataFrame) -> list[str]:
     for (rows, kernel), path in errors.groupby(["rows", "kernel"], sort=True):
         worst = path.loc[path["rel_error"].idxmax()]
         lines.append(f"{path_name(rows, kernel)}: median {path['rel_error'].median():.2%}, worst "
-                     f"{worst['rel_error']:.2%} (layer {int(worst['layer'])} {worst['matrix']}) over "
+                     f"{worst['rel_error']:.2%} ({product_name(int(worst['layer']), worst['matrix'])}) over "
                      f"{len(path)} products")
     return lines
 

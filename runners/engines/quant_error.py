@@ -27,6 +27,7 @@ from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 from runners.engines.kernels.quant import QuantWeight, kernel_for, linear
+from runners.engines.quant_layout import product_name
 
 LAYER_ERRORS = "quant_layer_errors"  # the engine facts' key of the per-product rows; the sweep writes them to
                                      # quant_error.parquet, not into model.json
@@ -103,7 +104,7 @@ def path_summary(errors: list[dict[str, Any]], rows: int) -> dict[str, Any]:
     mine = [e for e in errors if e["rows"] == rows]
     worst = max(mine, key=lambda e: e["rel_error"])
     return {"layer_error_median": statistics.median(e["rel_error"] for e in mine),
-            "layer_error_max": worst["rel_error"], "layer_error_worst": f"layer {worst['layer']} {worst['matrix']}"}
+            "layer_error_max": worst["rel_error"], "layer_error_worst": product_name(worst["layer"], worst["matrix"])}
 
 
 def model_summary(errors: list[dict[str, Any]]) -> dict[str, float]:

@@ -23,6 +23,8 @@ QUANT_DTYPES: dict[str, str] = {
             "product runs on int8 tensor cores. KV cache stays bfloat16. Runs on CPU and CUDA.",
 }
 QUANT_ENGINES = ("fast",)
+# each quantised matrix's rows and columns are multiples of this (torch._int_mm's and torch._scaled_mm's shape rules)
+DIMENSION_MULTIPLE = {"int8": 8, "fp8": 16, "fp8-dynamic": 16}
 MATRICES = ("wqkv", "wo", "w13", "w2")  # the quantised matrices of each decoder layer, in the order a layer runs them
 LM_HEAD = "lm_head"  # the output head's name where per-product errors are listed (quant_error.parquet)
 ACTIVATION_BYTES = 2  # bfloat16
@@ -57,3 +59,8 @@ def decoder_matrices(layers: int, hidden: int, heads: int, kv_heads: int, head_d
     elements = qkv_rows * hidden + hidden * heads * head_dim + 2 * intermediate * hidden + hidden * intermediate
     rows = qkv_rows + hidden + 2 * intermediate + hidden
     return layers * elements, layers * rows
+
+
+def product_name(layer: int, matrix: str) -> str:
+    """`layer 3 w2`, or `lm_head` alone: its layer number (one past the last) names no decoder layer."""
+    return matrix if matrix == LM_HEAD else f"layer {layer} {matrix}"

@@ -5,12 +5,13 @@ from pathlib import Path
 from typing import Any
 
 from runners.engines.presets import PRESETS
-from runners.engines.quant_layout import QUANT_DTYPES, QUANT_ENGINES
+from runners.engines.quant_layout import DIMENSION_MULTIPLE, QUANT_DTYPES, QUANT_ENGINES
 from runners.spec import parallel, refine
 from runners.spec.modes import MODE_SPECS, MODES
 from runners.spec.options import SpecError, check_options, copy_given, cut, parse_batch_sizes, record
 from runners.spec.registry import ENGINES
-from runners.spec.sweep import DTYPES, ON_OOM, SweepSpec, model_context, spec_fields
+from runners.spec.sweep import (DTYPES, ON_OOM, SweepSpec, checkpoint_config, config_count, model_context,
+                                spec_fields)
 from runners.workload import distributions
 
 
@@ -52,9 +53,8 @@ def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> S
                "calibrate", "target_interval", "replays", "max_draws", "point_budget_s", "quantize_lm_head")
     _check_choice(spec.dtype, DTYPES, "dtype", found)
     _check_choice(spec.engine, ENGINES, "engine", found)
-    if spec.quantize_lm_head and spec.dtype in DTYPES and spec.dtype not in QUANT_DTYPES:
-        found.setdefault("quantize_lm_head", f"lm_head is quantised with the other weights: choose a quantised dtype "
-                                             f"({', '.join(QUANT_DTYPES)}), not {spec.dtype}")
+    if spec.quantize_lm_head:
+        _check_quantised_head(spec, found)
     if spec.dtype in QUANT_DTYPES and spec.engine in ENGINES and spec.engine not in QUANT_ENGINES:
         found.setdefault("engine", f"dtype {spec.dtype} quantises weights inside the "
                                    f"{' or '.join(QUANT_ENGINES)} engine; {spec.engine} cannot run it")
@@ -108,3 +108,19 @@ def _check_model(model: str, model_roots: list[Path] | None) -> int:
         raise SpecError("model", f"{model!r} has no config.json")
     return model_context(str(path))
 
+
+def _check_quantised_head(spec: SweepSpec, found: dict[str, str]) -> None:
+    """lm_head is quantised with the layers, by a quantising engine, and its vocabulary rows must fit the format's
+    shape rule (a 32 001-token vocabulary does not): said here, not after the model has loaded."""
+    if spec.engine not in QUANT_ENGINES or spec.dtype not in QUANT_DTYPES:
+        found.setdefault("quantize_lm_head", f"lm_head is quantised with the other weights by the "
+                                             f"{' or '.join(QUANT_ENGINES)} engine: choose it and a quantised dtype "
+                                             f"({', '.join(QUANT_DTYPES)}), not {spec.engine} with {spec.dtype}")
+        return
+    if "model" in found:
+        return
+    vocab = record(found, "model", lambda: config_count(checkpoint_config(spec.model), "vocab_size", spec.model))
+    multiple = DIMENSION_MULTIPLE[spec.dtype]
+    if vocab and vocab % multiple:
+        found.setdefault("quantize_lm_head", f"{spec.dtype} needs lm_head's rows in multiples of {multiple}; "
+                                             f"{spec.model} has a vocabulary of {vocab:,}")

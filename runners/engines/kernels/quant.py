@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from runners.engines.quant_layout import DIMENSION_MULTIPLE
+
 if TYPE_CHECKING:  # int8_gemm imports Triton, which CPU builds of torch need not have
     from runners.engines.kernels.int8_gemm import GemmConfig
 
@@ -49,14 +51,15 @@ def quantize(w: Tensor, dtype: str) -> QuantWeight:
     w32 = w.detach().float()
     amax = w32.abs().amax(dim=1).clamp(min=TINY)
     if dtype == "int8":
-        if w.shape[0] % 8 or w.shape[1] % 8:
-            raise ValueError(f"int8 needs weight dimensions divisible by 8 (torch._int_mm), got {tuple(w.shape)}")
+        if w.shape[0] % DIMENSION_MULTIPLE[dtype] or w.shape[1] % DIMENSION_MULTIPLE[dtype]:
+            raise ValueError(f"int8 needs weight dimensions divisible by {DIMENSION_MULTIPLE[dtype]} (torch._int_mm), "
+                             f"got {tuple(w.shape)}")
         scale = amax / INT8_MAX
         q = torch.round(w32 / scale[:, None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     elif dtype in ("fp8", "fp8-dynamic"):
-        if w.shape[0] % 16 or w.shape[1] % 16:
-            raise ValueError(f"{dtype} needs weight dimensions divisible by 16 (torch._scaled_mm), "
-                             f"got {tuple(w.shape)}")
+        if w.shape[0] % DIMENSION_MULTIPLE[dtype] or w.shape[1] % DIMENSION_MULTIPLE[dtype]:
+            raise ValueError(f"{dtype} needs weight dimensions divisible by {DIMENSION_MULTIPLE[dtype]} "
+                             f"(torch._scaled_mm), got {tuple(w.shape)}")
         scale = amax / FP8_MAX
         q = (w32 / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)  # e4m3fn has no inf: clamp first
     else:
