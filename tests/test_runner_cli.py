@@ -345,10 +345,15 @@ def test_every_spec_option_is_a_flag_and_only_given_flags_reach_the_spec():
         assert flag.replace("_", "-") in sweep_help, f.name
 
 
-def test_serve_refuses_a_quantised_lm_head_without_a_quantised_dtype(capsys):
+def test_serve_refuses_a_quantised_lm_head_as_the_spec_does_before_loading(capsys, tmp_path):
     from runners.cli import build_parser
+    from runners.engines.presets import PRESETS
     from runners.serving.serve import main
 
     args = build_parser().parse_args(["serve", "--model", "tiny", "--quantize-lm-head"])
     assert main(args) == 2
-    assert "--quantize-lm-head needs a quantised --dtype" in capsys.readouterr().err
+    assert "--quantize-lm-head: lm_head is quantised with the other weights by the fast engine" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text(json.dumps({**PRESETS["tiny"], "vocab_size": 32_001}))
+    args = build_parser().parse_args(["serve", "--model", str(tmp_path), "--dtype", "int8", "--quantize-lm-head"])
+    assert main(args) == 2
+    assert "int8 needs lm_head's rows in multiples of 8" in capsys.readouterr().err

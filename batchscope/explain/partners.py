@@ -47,7 +47,8 @@ def siblings(run: dict[str, Any], runs: pd.DataFrame, spec_of: SpecOf, *, dtype:
     layout = layout if layout is not None else gpus(run.get("spec"))
     same = runs[(runs["run_id"] != run.get("run_id")) & (runs["engine"] == run.get("engine"))
                 & (runs["model"] == run.get("model_name")) & (runs["dtype"] == want) & (runs["points_ok"] > 0)]
-    own, head = lengths(run.get("spec")), head_quantised(run.get("spec")) and want == run.get("dtype")
+    own = lengths(run.get("spec"))
+    head = head_quantised(run.get("spec")) and want == run.get("dtype")  # another dtype's partner: its plain run
     found = []
     for row in same.to_dict("records"):
         spec = spec_of(str(row["run_id"])) or {}

@@ -90,29 +90,20 @@ def reference_run(decoder: FastDecoder, lm_head: bool = False, seed: int = 0) ->
     gen = torch.Generator().manual_seed(seed)
     prompts = torch.randint(1, decoder.embed.shape[0], (GUARD_ROWS, GUARD_PROMPT_LEN), generator=gen)
     state = _fresh_state(decoder, GUARD_ROWS)
-    with ProductRecorder(_matrices(decoder, lm_head)) as recorder:
+    by_identity = {id(w): (w, i, name) for (i, name), w in quantised_matrices(decoder, lm_head).items()}
+    with ProductRecorder(by_identity) as recorder:
         _prefill(decoder, state, prompts)
     logits = torch.stack([decoder.decode_step(state).float() for _ in range(GUARD_STEPS)])
     return Reference(prompts, state.out[:, :1 + GUARD_STEPS].cpu(), logits, recorder.products)
 
 
-def quantized_matrices(decoder: FastDecoder) -> dict[tuple[int, str], Tensor | QuantWeight]:
-    """Each quantised matrix by (layer, name): every layer's four, and a quantised lm_head as layer
-    `len(decoder.layers)` (it runs after the last layer)."""
+def quantised_matrices(decoder: FastDecoder, lm_head: bool) -> dict[tuple[int, str], Tensor | QuantWeight]:
+    """Each matrix the dtype quantises, by (layer, name): every layer's four, and with `lm_head` the head as layer
+    `len(decoder.layers)` (it runs after the last layer). bfloat16 tensors before quantising, QuantWeights after."""
     found: dict[tuple[int, str], Tensor | QuantWeight] = {
         (i, name): getattr(layer, name) for i, layer in enumerate(decoder.layers) for name in MATRICES}
-    if isinstance(decoder.lm_head, QuantWeight):
-        found[(len(decoder.layers), LM_HEAD)] = decoder.lm_head
-    return found
-
-
-def _matrices(decoder: FastDecoder, lm_head: bool) -> dict[int, tuple[Tensor, int, str]]:
-    """Each bfloat16 matrix the dtype will quantise by identity → (the tensor, its layer, its name), for
-    ProductRecorder; lm_head (as layer `len(decoder.layers)`) with `lm_head`."""
-    found = {id(w): (w, i, name) for i, layer in enumerate(decoder.layers) for name in MATRICES
-             if isinstance(w := getattr(layer, name), Tensor)}
     if lm_head:
-        found[id(decoder.lm_head)] = (decoder.lm_head, len(decoder.layers), LM_HEAD)
+        found[(len(decoder.layers), LM_HEAD)] = decoder.lm_head
     return found
 
 
@@ -158,10 +149,10 @@ def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: 
     reference = reference_run(decoder, lm_head)
     quantize_decoder(decoder, hf_model, dtype, lm_head)
     prepare()
-    tiles = warm_kernels(decoder)
+    tiles = warm_kernels(decoder, lm_head)
     paths = guard_rows(decoder.layers[0].wqkv.tensor_core_rows)
     with torch.inference_mode():  # the recorded products are inference tensors
-        errors = layer_errors(reference.products, quantized_matrices(decoder), paths)
+        errors = layer_errors(reference.products, quantised_matrices(decoder, lm_head), paths)
     reference.products.clear()  # their inputs and outputs take memory the graphs below can use
     checks = [{**accuracy(decoder, reference, rows, step_runner), **path_summary(errors, rows)} for rows in paths]
     return {"quant_logits_cosine": min(c["logits_cosine"] for c in checks),
@@ -169,8 +160,9 @@ def quantize_with_guard(decoder: FastDecoder, hf_model: torch.nn.Module, dtype: 
             "quant_accuracy": checks, "quant_tiles": tiles or None, **model_summary(errors), LAYER_ERRORS: errors}
 
 
-def warm_kernels(decoder: FastDecoder) -> dict[str, list | dict]:
-    """Choose each matrix's Triton tile on this GPU (and, for int8, the tensor-core kernel per row bucket),
+def warm_kernels(decoder: FastDecoder, lm_head: bool) -> dict[str, list | dict]:
+    """Choose each quantised matrix's (lm_head's too with `lm_head`) Triton tile on this GPU (and, for int8, the
+    tensor-core kernel per row bucket),
     then run every matrix once on each side of the tensor-core switch, so every kernel compiles (and cuBLAS
     picks its one-byte algorithm) in setup, never inside a measured step. Returns the chosen tiles
     (model.json's quant_tiles: the streaming tile for 2…16 rows and the config for one row, and under NAME int8
@@ -180,7 +172,7 @@ def warm_kernels(decoder: FastDecoder) -> dict[str, list | dict]:
     from runners.engines.kernels import quant_kernels
     tiles: dict[str, list | dict] = {}
     by_name: dict[str, list[QuantWeight]] = {}
-    for (_, name), weight in quantized_matrices(decoder).items():
+    for (_, name), weight in quantised_matrices(decoder, lm_head).items():
         by_name.setdefault(name, []).append(weight)
     for name, weights in by_name.items():
         w = weights[0]

@@ -36,10 +36,10 @@ from runners.engines import devices, models
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.engines.live import LiveEngine
-from runners.engines.quant_layout import QUANT_DTYPES
 from runners.engines.scheduler import Request
 from runners.serving.serve_body import BadRequest, parse
 from runners.spec import model_context
+from runners.spec.validate import quantised_head_problem
 
 STOP = object()  # the end of a request's tokens on its queue
 # The engine's thread and the event loop share the GIL: a thread that wants it waits until the holder's
@@ -243,9 +243,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: --max-model-len {args.max_model_len} is over the model's context {model_context(args.model)}",
               file=sys.stderr)
         return 2
-    if args.quantize_lm_head and args.dtype not in QUANT_DTYPES:
-        print(f"error: --quantize-lm-head needs a quantised --dtype ({', '.join(QUANT_DTYPES)}), not {args.dtype}",
-              file=sys.stderr)
+    if args.quantize_lm_head and (problem := quantised_head_problem("fast", args.dtype, args.model)):
+        print(f"error: --quantize-lm-head: {problem}", file=sys.stderr)
         return 2
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not key:

@@ -53,8 +53,10 @@ def _build(raw: Any, model_roots: list[Path] | None, found: dict[str, str]) -> S
                "calibrate", "target_interval", "replays", "max_draws", "point_budget_s", "quantize_lm_head")
     _check_choice(spec.dtype, DTYPES, "dtype", found)
     _check_choice(spec.engine, ENGINES, "engine", found)
-    if spec.quantize_lm_head:
-        _check_quantised_head(spec, found)
+    if spec.quantize_lm_head and "model" not in found:
+        problem = record(found, "model", lambda: quantised_head_problem(spec.engine, spec.dtype, spec.model))
+        if problem:
+            found.setdefault("quantize_lm_head", problem)
     if spec.dtype in QUANT_DTYPES and spec.engine in ENGINES and spec.engine not in QUANT_ENGINES:
         found.setdefault("engine", f"dtype {spec.dtype} quantises weights inside the "
                                    f"{' or '.join(QUANT_ENGINES)} engine; {spec.engine} cannot run it")
@@ -109,18 +111,14 @@ def _check_model(model: str, model_roots: list[Path] | None) -> int:
     return model_context(str(path))
 
 
-def _check_quantised_head(spec: SweepSpec, found: dict[str, str]) -> None:
-    """lm_head is quantised with the layers, by a quantising engine, and its vocabulary rows must fit the format's
-    shape rule (a 32 001-token vocabulary does not): said here, not after the model has loaded."""
-    if spec.engine not in QUANT_ENGINES or spec.dtype not in QUANT_DTYPES:
-        found.setdefault("quantize_lm_head", f"lm_head is quantised with the other weights by the "
-                                             f"{' or '.join(QUANT_ENGINES)} engine: choose it and a quantised dtype "
-                                             f"({', '.join(QUANT_DTYPES)}), not {spec.engine} with {spec.dtype}")
-        return
-    if "model" in found:
-        return
-    vocab = record(found, "model", lambda: config_count(checkpoint_config(spec.model), "vocab_size", spec.model))
-    multiple = DIMENSION_MULTIPLE[spec.dtype]
-    if vocab and vocab % multiple:
-        found.setdefault("quantize_lm_head", f"{spec.dtype} needs lm_head's rows in multiples of {multiple}; "
-                                             f"{spec.model} has a vocabulary of {vocab:,}")
+def quantised_head_problem(engine: str, dtype: str, model: str) -> str | None:
+    """Why lm_head cannot be quantised with this engine, dtype and model, or None: it is quantised with the layers,
+    by a quantising engine, and its vocabulary rows must fit the format's shape rule (a 32 001-token vocabulary does
+    not), said before the model loads. SpecError when the model's config cannot be read. Also `runners serve`'s."""
+    if engine not in QUANT_ENGINES or dtype not in QUANT_DTYPES:
+        return (f"lm_head is quantised with the other weights by the {' or '.join(QUANT_ENGINES)} engine: choose it "
+                f"and a quantised dtype ({', '.join(QUANT_DTYPES)}), not {engine} with {dtype}")
+    vocab = config_count(checkpoint_config(model), "vocab_size", model)
+    multiple = DIMENSION_MULTIPLE[dtype]
+    return (f"{dtype} needs lm_head's rows in multiples of {multiple}; {model} has a vocabulary of {vocab:,}"
+            if vocab % multiple else None)

@@ -48,22 +48,20 @@ class QuantWeight(NamedTuple):
 
 def quantize(w: Tensor, dtype: str) -> QuantWeight:
     """Quantise a [out, in] matrix to `dtype` ("fp8", "fp8-dynamic" or "int8") per output channel."""
+    multiple = DIMENSION_MULTIPLE.get(dtype)
+    if multiple is None:
+        raise ValueError(f"no quantisation for dtype {dtype!r}")
+    if w.shape[0] % multiple or w.shape[1] % multiple:
+        product = "torch._int_mm" if dtype == "int8" else "torch._scaled_mm"
+        raise ValueError(f"{dtype} needs weight dimensions divisible by {multiple} ({product}), got {tuple(w.shape)}")
     w32 = w.detach().float()
     amax = w32.abs().amax(dim=1).clamp(min=TINY)
     if dtype == "int8":
-        if w.shape[0] % DIMENSION_MULTIPLE[dtype] or w.shape[1] % DIMENSION_MULTIPLE[dtype]:
-            raise ValueError(f"int8 needs weight dimensions divisible by {DIMENSION_MULTIPLE[dtype]} (torch._int_mm), "
-                             f"got {tuple(w.shape)}")
         scale = amax / INT8_MAX
         q = torch.round(w32 / scale[:, None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
-    elif dtype in ("fp8", "fp8-dynamic"):
-        if w.shape[0] % DIMENSION_MULTIPLE[dtype] or w.shape[1] % DIMENSION_MULTIPLE[dtype]:
-            raise ValueError(f"{dtype} needs weight dimensions divisible by {DIMENSION_MULTIPLE[dtype]} "
-                             f"(torch._scaled_mm), got {tuple(w.shape)}")
+    else:
         scale = amax / FP8_MAX
         q = (w32 / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)  # e4m3fn has no inf: clamp first
-    else:
-        raise ValueError(f"no quantisation for dtype {dtype!r}")
     rows = 0 if dtype == "fp8-dynamic" else TENSOR_CORE_ROWS
     return QuantWeight(q.contiguous(), scale.contiguous(), rows)
 
