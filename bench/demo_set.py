@@ -12,7 +12,7 @@ is a Python loop, and host contention shows in it (hf-generate's 1B decode step:
 A sweep starts only when its bound fits before the deadline, and gets SIGTERM at its bound, which
 keeps its finished points (state cancelled): a demo run must end by itself (done, or stopped by OOM).
 A folder already `done` is kept, so a later call goes on where an earlier one stopped: the whole set
-takes about half an hour of one H200 pair, in calls of at most 9 minutes each.
+takes about 80 minutes of one H200 (the two-GPU sweeps on a pair), in calls of at most 9 minutes each.
 Every sweep: seed 0, 3 measured repeats; the fast engine warms and captures every shape in setup, so it
 runs no warm-up repeat; hf-generate has no setup and gets one. Imported into the app by copying the
 folders into data/demo.
@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from runners.spec import validate  # noqa: E402 - the repo root first, as `python3 bench/demo_set.py` runs
+
 CHAT = ("--prompt-len", "lognormal:512:0.6", "--output-len", "lognormal:256:0.5")
 LONG = ("--prompt-len", "lognormal:8192:0.3", "--output-len", "fixed:256")
 COMMON = ("--repeats", "3", "--seed", "0")
@@ -37,6 +40,8 @@ CONTINUOUS = (*FAST, "--mode", "continuous", "--max-num-batched-tokens", "8192",
               "--slo-ms", "1000")
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MODELS = {"1b": "llama-3.2-1b", "8b": "llama-3.1-8b"}
+SERVED_PORT = 8771
+SERVED_URL = f"http://127.0.0.1:{SERVED_PORT}/v1"
 
 
 @dataclass(frozen=True)
@@ -76,9 +81,30 @@ def continuous(part: str, sweep_options: tuple[str, ...], bound_s: int, label: s
                  alone=True)
 
 
-# In priority order: the static case, its contrast, then serving, quantised weights, two GPUs, the rest.
+def served(concurrency: str, requests: int, bound_s: int) -> Sweep:
+    """The 8B chat load sent to `runners serve` over HTTP, the served twin of the in-process continuous engine:
+    the runner restarts the server before each point (`--server-command`), with slots as long as the
+    workload's longest request, so no request is refused for its length."""
+    load = ("--mode", "endpoint", "--concurrency", concurrency, "--requests-per-client", "2",
+            "--num-requests", str(requests), "--max-num-seqs", "256", "--max-num-batched-tokens", "8192")
+    longest = validate({"model": MODELS["8b"], "engine": "endpoint", "url": SERVED_URL, "seed": 0, "warmup": 0,
+                        "prompt_len": CHAT[1], "output_len": CHAT[3], "num_requests": requests,
+                        "concurrency": concurrency}).longest_request(requests)
+    server = (f"{sys.executable} -m runners serve --model {MODELS['8b']} --dtype bfloat16 --seed 0 "
+              f"--port {SERVED_PORT} --max-num-seqs {{max_num_seqs}} "
+              f"--max-num-batched-tokens {{max_num_batched_tokens}} --max-model-len {longest}")
+    return Sweep("served-8b-bf16-chat", "8B runners serve · chat · bf16 · concurrency, over HTTP",
+                 ("--engine", "endpoint", "--url", SERVED_URL, "--server-command", server, "--model", MODELS["8b"],
+                  "--dtype", "bfloat16", "--warmup", "0", *CHAT, *COMMON, *load, "--slo-metric", "ttft",
+                  "--slo-ms", "1000"), bound_s, alone=True)
+
+
+# In priority order: the static case, the continuous engine up to 512 clients, the static contrast, then serving,
+# quantised weights, the served engine, two GPUs, the rest.
 SET = [
     static("8b", "bfloat16", "chat", "pow2:1:1024", 330),
+    continuous("clients", ("--max-num-seqs", "512", "--concurrency", "pow2:1:512", "--requests-per-client", "2",
+                           "--num-requests", "1024"), 520, "concurrency 1…512, 512 slots"),
     Sweep("hf-1b-bf16-chat", "1B hf-generate · chat · bf16",
           ("--engine", "hf-generate", "--warmup", "1", "--model", MODELS["1b"], "--dtype", "bfloat16",
            "--batch-sizes", "1,4,16,64", *CHAT, *COMMON), 550, alone=True),
@@ -88,7 +114,8 @@ SET = [
     continuous("rate", ("--max-num-seqs", "64", "--arrival", "poisson:4,8,12,16", "--num-requests", "64"), 250,
                "arrival rate, 64 slots"),
     static("8b", "fp8", "chat", "pow2:1:1024", 330),
-    static("8b", "int8", "chat", "pow2:1:1024", 280),
+    static("8b", "int8", "chat", "pow2:1:1024", 330),
+    served("1,16,64,256", 512, 520),
     static("8b", "bfloat16", "chat", "1,4,16,64,256,1024", 260, layout="tp2"),
     static("8b", "bfloat16", "chat", "2,4,16,64,256,1024", 260, layout="rep2"),
     static("8b", "bfloat16", "long", "pow2:1:1024", 200),
