@@ -59,7 +59,23 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+PHASES = {"all": None, "shared": False, "alone": True}  # --phase -> whether its tests carry the `alone` marker
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--phase", choices=tuple(PHASES), default="all",
+                     help="shared: every test but those marked `alone` (they time against a bound or read a "
+                          "cliff that a neighbour on the same cores moves), for parallel workers; alone: only "
+                          "those, run after with no neighbour (test.sh runs both); all (default): every test")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = PHASES[config.getoption("phase")]
+    if wanted is not None:
+        deselected = [item for item in items if ("alone" in item.keywords) != wanted]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if ("alone" in item.keywords) == wanted]
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA")

@@ -173,6 +173,9 @@ def wait_until_finished(tab) -> None:
         pytest.fail(f"the sweep ended badly\n{diagnostics(tab)}")
     tab.locator('[data-testid="stProgress"]').wait_for(state="detached", timeout=SWEEP_TIMEOUT_MS)
     tab.locator(CHART).first.locator("svg").wait_for(timeout=30_000)
+    # the live view's last refresh (every 2 s) and the whole-page redraw that ends it may still be on their way:
+    # a click on a link in between was lost once (CI, 2026-12-05), so wait them out as a user would
+    tab.wait_for_timeout(3000)
     settle(tab)
 
 
@@ -220,7 +223,6 @@ def test_tiny_cpu_sweep_from_form_to_linked_charts_and_overlay(page) -> None:
         assert any(group.startswith(f"lines_{panel}") and n >= 1 for group, n in lines.items()), lines
     areas = marks_per_panel(tab, "mark-area")
     assert any(group.startswith("stack_memory") and n >= 1 for group, n in areas.items()), areas
-    tab.wait_for_timeout(3000)
     assert tab.get_by_role("button", name="Download CSV").count() == 1  # no stale copy of the live view
 
     hover_before = marks_per_panel(tab, "mark-rule")

@@ -82,6 +82,7 @@ def status(folder: Path) -> dict:
     return json.loads((folder / "status.json").read_text())
 
 
+@pytest.mark.alone  # a first point must end inside a 30 s bound
 def test_scheduler_runs_side_by_side_holds_back_for_two_gpus_bounds_and_resumes(tmp_path: Path, capsys) -> None:
     sweeps = [
         demo_set.Sweep("one", "one", (*TINY, "--batch-sizes", "1,2"), 120),
@@ -108,6 +109,7 @@ def test_scheduler_runs_side_by_side_holds_back_for_two_gpus_bounds_and_resumes(
     assert status(folder["one"])["started_at"] == before and "keep one: already done" in capsys.readouterr().out
 
 
+@pytest.mark.alone  # three sweeps inside 300 s
 def test_a_host_alone_sweep_has_no_neighbour(tmp_path: Path) -> None:
     sweeps = [demo_set.Sweep("first", "first", (*TINY, "--batch-sizes", "1"), 120),
               demo_set.Sweep("solo", "solo", (*TINY, "--batch-sizes", "1,2"), 120, alone=True),

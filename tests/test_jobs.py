@@ -121,6 +121,7 @@ def test_runner_killed_under_a_live_manager_is_interrupted(manager: JobManager) 
     assert len(manager.store.points([run_id])) == _summaries(manager.runs_dir / run_id) >= 1
 
 
+@pytest.mark.alone  # the adopted runner's sweep is timed against a bound
 def test_restart_adopts_a_runner_that_is_still_going(paths) -> None:
     before = JobManager.instance(*paths)
     run_id = before.submit({**LONG, "batch_sizes": [1, 2, 4, 8]})

@@ -25,6 +25,8 @@ from runners.spec.refine import Seen, next_point, parse_target
 from tests.runner_helpers import run_runner
 from tests.test_pages import home, no_traceback, open_page, texts  # noqa: F401 (home is a fixture)
 
+pytestmark = pytest.mark.alone  # the dense and refined sweeps must see the same cliff: no neighbour moves it
+
 SERVE = ["--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "fast", "--mode", "continuous",
          "--max-num-seqs", "3", "--num-requests", "12", "--prompt-len", "fixed:8", "--output-len", "fixed:128",
          "--repeats", "2", "--warmup", "0", "--no-calibrate",

@@ -234,6 +234,7 @@ def test_sigint_while_torch_loads_is_one_line_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.alone  # the cancel is seen within 2 s
 def test_sigterm_cancels_a_continuous_run_waiting_for_its_next_arrival(tmp_path):
     """At 0.01 requests/s the engine idles for minutes between arrivals; a cancel must not wait for one."""
     out = tmp_path / "run"
