@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
                 if store.run(run_id) is None:
                     print(f"Unknown run id {run_id!r} in {db}.", file=sys.stderr)
                     return EXIT_USAGE
-                loaded[run_id] = _load(store, run_id, slo, args.plateau_gain)
+                loaded[run_id] = analysed_run(store, run_id, slo, args.plateau_gain)
             run, analysis = loaded[args.run_id]
             price = args.gpu_hour_price
             if price is None:
@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _load(store: Store, run_id: str, slo: SLO | None, plateau_gain: float) -> tuple[dict, Analysis]:
+def analysed_run(store: Store, run_id: str, slo: SLO | None, plateau_gain: float) -> tuple[dict, Analysis]:
     """A stored run and its analysis (with each point's trust verdict) under `slo`."""
     run = store.run(run_id)
     calibration = run.get("calibration") or _cached_calibration(store, run)

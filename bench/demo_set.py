@@ -15,7 +15,8 @@ A folder already `done` is kept, so a later call goes on where an earlier one st
 takes about 80 minutes of one H200 (the two-GPU sweeps on a pair), in calls of at most 9 minutes each.
 Every sweep: seed 0, 3 measured repeats; the fast engine warms and captures every shape in setup, so it
 runs no warm-up repeat; hf-generate has no setup and gets one. Imported into the app by copying the
-folders into data/demo.
+folders into data/demo; `python bench/demo_table.py data/demo/h200-*` then gives the set's table for
+docs/benchmarks.md and issue 37's bar.
 """
 from __future__ import annotations
 
