@@ -17,9 +17,11 @@ if [ -n "$chromium_log" ]; then
   wait "$chromium_pid" || { cat "$chromium_log" >&2; exit 1; }
   rm -f "$chromium_log"
 fi
-# Two passes; "no test selected" (pytest's 5) in one pass is no failure (a -k may pick only the other's tests).
+# Two passes, each given the arguments; "no test selected" (pytest's 5) in one pass is no failure (a -k may
+# pick only the other's tests); an interrupted, broken or mistyped first pass (2, 3, 4) ends it there.
 shared=0 alone=0
 .venv/bin/python -m pytest --numprocesses "${TEST_WORKERS:-2}" --dist loadfile --phase shared "$@" || shared=$?
+case "$shared" in 2|3|4) exit "$shared" ;; esac
 .venv/bin/python -m pytest --phase alone "$@" || alone=$?
 if [ "$shared" -eq 5 ] && [ "$alone" -eq 5 ]; then exit 5; fi
 [ "$shared" -eq 5 ] && shared=0

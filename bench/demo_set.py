@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from runners.spec import validate  # noqa: E402 - the repo root first, as `python3 bench/demo_set.py` runs
+from runners.cli import spec_of_options  # noqa: E402 - the repo root first, as `python3 bench/demo_set.py` runs
 
 CHAT = ("--prompt-len", "lognormal:512:0.6", "--output-len", "lognormal:256:0.5")
 LONG = ("--prompt-len", "lognormal:8192:0.3", "--output-len", "fixed:256")
@@ -41,6 +42,9 @@ CONTINUOUS = (*FAST, "--mode", "continuous", "--max-num-batched-tokens", "8192",
               "--slo-ms", "1000")
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MODELS = {"1b": "llama-3.2-1b", "8b": "llama-3.1-8b"}
+# Closed-loop clients, two requests each from one 1 024-request workload, 512 slots; no replay (a point's draws
+# carry its interval), so a point takes 3 runs: 1…512 clients in about 400 s of a 520 s bound on an H200.
+CLIENTS_LOAD = ("--max-num-seqs", "512", "--requests-per-client", "2", "--num-requests", "1024", "--replays", "0")
 SERVED_PORT = 8771
 SERVED_URL = f"http://127.0.0.1:{SERVED_PORT}/v1"
 
@@ -55,7 +59,8 @@ class Sweep:
     bound_s: int
     gpus: int = 1
     env: dict[str, str] = field(default_factory=dict)
-    alone: bool = False  # timed on the host clock (hf-generate's Python loop, the continuous scheduler): no neighbour
+    alone: bool = False  # timed on the host clock (hf-generate's Python loop, the continuous scheduler, a served
+    # engine and its client): no neighbour
 
 
 LAYOUTS = {  # suffix -> (runner options, label, GPUs)
@@ -82,33 +87,29 @@ def continuous(part: str, sweep_options: tuple[str, ...], bound_s: int, label: s
                  alone=True)
 
 
-def served(concurrency: str, requests: int, bound_s: int) -> Sweep:
-    """The 8B chat load sent to `runners serve` over HTTP, the served twin of the in-process continuous engine:
-    the runner restarts the server before each point (`--server-command`), with slots as long as the
-    workload's longest request, so no request is refused for its length."""
-    load = ("--mode", "endpoint", "--concurrency", concurrency, "--requests-per-client", "2",
-            "--num-requests", str(requests), "--max-num-seqs", "256", "--max-num-batched-tokens", "8192")
-    longest = validate({"model": MODELS["8b"], "engine": "endpoint", "url": SERVED_URL, "seed": 0, "warmup": 0,
-                        "prompt_len": CHAT[1], "output_len": CHAT[3], "num_requests": requests,
-                        "concurrency": concurrency}).longest_request(requests)
-    server = (f"{sys.executable} -m runners serve --model {MODELS['8b']} --dtype bfloat16 --seed 0 "
-              f"--port {SERVED_PORT} --max-num-seqs {{max_num_seqs}} "
-              f"--max-num-batched-tokens {{max_num_batched_tokens}} --max-model-len {longest}")
+def served(concurrency: str, bound_s: int) -> Sweep:
+    """The clients sweep's load at a few of its concurrencies, sent to `runners serve` over HTTP: the served
+    twin of the in-process run (same requests, slots and step budget). The runner restarts the server before
+    each point (`--server-command`), with slots as long as the workload's longest request."""
+    options = ("--engine", "endpoint", "--mode", "endpoint", "--url", SERVED_URL, "--model", MODELS["8b"],
+               "--dtype", "bfloat16", "--warmup", "0", "--max-num-batched-tokens", "8192", "--slo-metric", "ttft",
+               "--slo-ms", "1000", *CHAT, *COMMON, *CLIENTS_LOAD, "--concurrency", concurrency)
+    spec = spec_of_options(options)
+    server = (f"{shlex.quote(sys.executable)} -m runners serve --model {MODELS['8b']} --dtype bfloat16 --seed 0 "
+              f"--port {SERVED_PORT} --max-num-seqs {{max_num_seqs}} --max-num-batched-tokens "
+              f"{{max_num_batched_tokens}} --max-model-len {spec.longest_request(spec.num_requests)}")
     return Sweep("served-8b-bf16-chat", "8B runners serve · chat · bf16 · concurrency, over HTTP",
-                 ("--engine", "endpoint", "--url", SERVED_URL, "--server-command", server, "--model", MODELS["8b"],
-                  "--dtype", "bfloat16", "--warmup", "0", *CHAT, *COMMON, *load, "--slo-metric", "ttft",
-                  "--slo-ms", "1000"), bound_s, alone=True)
+                 (*options, "--server-command", server), bound_s, alone=True)
 
 
 # In priority order: the static case, the continuous engine up to 512 clients, the static contrast, then serving,
 # quantised weights, the served engine, two GPUs, the rest.
 SET = [
     static("8b", "bfloat16", "chat", "pow2:1:1024", 330),
-    continuous("clients", ("--max-num-seqs", "512", "--concurrency", "pow2:1:512", "--requests-per-client", "2",
-                           "--num-requests", "1024"), 520, "concurrency 1…512, 512 slots"),
+    continuous("clients", (*CLIENTS_LOAD, "--concurrency", "1,4,16,64,256,512"), 520, "concurrency 1…512, 512 slots"),
     Sweep("hf-1b-bf16-chat", "1B hf-generate · chat · bf16",
           ("--engine", "hf-generate", "--warmup", "1", "--model", MODELS["1b"], "--dtype", "bfloat16",
-           "--batch-sizes", "1,4,16,64", *CHAT, *COMMON), 550, alone=True),
+           "--batch-sizes", "1,4,16,64", *CHAT, *COMMON), 530, alone=True),
     static("1b", "bfloat16", "chat", "pow2:1:1024", 220),
     continuous("seqs", ("--max-num-seqs", "16,32,128", "--arrival", "poisson:8", "--num-requests", "128"), 300,
                "max_num_seqs at 8 req/s"),
@@ -116,7 +117,7 @@ SET = [
                "arrival rate, 64 slots"),
     static("8b", "fp8", "chat", "pow2:1:1024", 330),
     static("8b", "int8", "chat", "pow2:1:1024", 330),
-    served("1,16,64,256", 512, 520),
+    served("1,16,64,256", 520),
     static("8b", "bfloat16", "chat", "1,4,16,64,256,1024", 260, layout="tp2"),
     static("8b", "bfloat16", "chat", "2,4,16,64,256,1024", 260, layout="rep2"),
     static("8b", "bfloat16", "long", "pow2:1:1024", 200),

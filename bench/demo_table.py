@@ -108,7 +108,7 @@ def bar_lines(rows: list[RunRow], size_mb: float) -> list[str]:
         lines.append(f"- {CLIENTS_RUN}: not among these folders")
     else:
         reached = CLIENTS_TOP in clients.ok
-        lines.append(f"- Continuous 8B chat at concurrency {CLIENTS_TOP} with zero outlier steps: "
+        lines.append(f"- Continuous 8B chat reaches concurrency {CLIENTS_TOP}, zero outlier steps at every point: "
                      + ("met" if reached and clients.outlier_steps == 0 else
                         f"not met (reached {num(max(clients.ok)) if clients.ok else 'nothing'}, "
                         f"outlier steps {clients.outlier_steps})"))

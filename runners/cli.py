@@ -10,14 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from runners import cancel
 from runners.results import contract
 from runners.results.runfolder import check_out_dir
-from runners.spec import SpecError, validate
+from runners.spec import SpecError, SweepSpec, validate
 from runners.spec.options import whole
 from runners.spec.sweep import MAX_TOKENS, spec_fields
 
@@ -102,6 +102,11 @@ def _raw_spec(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             raw[info.name] = value
     return raw
+
+
+def spec_of_options(options: Sequence[str]) -> SweepSpec:
+    """The spec `runners sweep OPTIONS` would run, parsed and validated as the command does (SpecError if bad)."""
+    return validate(_raw_spec(build_parser().parse_args(["sweep", "--out", "unused", *options])))
 
 
 def main(argv: list[str] | None = None) -> int:

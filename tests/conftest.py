@@ -69,13 +69,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "those, run after with no neighbour (test.sh runs both); all (default): every test")
 
 
+def _alone(item: pytest.Item) -> bool:
+    return item.get_closest_marker("alone") is not None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wanted = PHASES[config.getoption("phase")]
     if wanted is not None:
-        deselected = [item for item in items if ("alone" in item.keywords) != wanted]
+        deselected = [item for item in items if _alone(item) != wanted]
         if deselected:
             config.hook.pytest_deselected(items=deselected)
-            items[:] = [item for item in items if ("alone" in item.keywords) == wanted]
+            items[:] = [item for item in items if _alone(item) == wanted]
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs CUDA")

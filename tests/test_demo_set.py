@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.cli import _raw_spec, build_parser
-from runners.spec import validate
+from runners.cli import spec_of_options
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
@@ -28,8 +27,7 @@ SPEC_KEYS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "o
 
 def spec_of(sweep) -> dict:
     """The spec the runner would write for this sweep (parsed and validated exactly as `runners sweep` does)."""
-    args = build_parser().parse_args(["sweep", "--out", "unused", "--name", sweep.label, *sweep.options])
-    return dataclasses.asdict(validate(_raw_spec(args)))
+    return dataclasses.asdict(spec_of_options(["--name", sweep.label, *sweep.options]))
 
 
 @pytest.mark.parametrize("sweep", demo_set.SET, ids=lambda s: s.name)
@@ -49,6 +47,18 @@ def test_names_are_unique_and_say_what_the_sweep_is() -> None:
         spec = spec_of(sweep)
         model = {"llama-3.2-1b": "1b", "llama-3.1-8b": "8b"}[spec["model"]]
         assert f"-{model}-" in sweep.name and ("-chat" in sweep.name) == (spec["output_len"] == demo_set.CHAT[3])
+
+
+def test_the_served_sweep_is_the_in_process_clients_sweep_sent_over_http() -> None:
+    served, clients = (spec_of(demo_set.BY_NAME[n]) for n in ("served-8b-bf16-chat", "cont-8b-bf16-chat-clients"))
+    same = ("model", "dtype", "prompt_len", "output_len", "seed", "num_requests", "requests_per_client",
+            "max_num_seqs", "max_num_batched_tokens", "repeats", "replays", "slo_metric", "slo_ms")
+    assert {k: served[k] for k in same} == {k: clients[k] for k in same}
+    assert set(served["concurrency"]) < set(clients["concurrency"]) and max(clients["concurrency"]) == 512
+    command = served["server_command"].split()
+    assert command[command.index("--port") + 1] in served["url"]
+    longest = demo_set.spec_of_options(demo_set.BY_NAME["served-8b-bf16-chat"].options).longest_request(1024)
+    assert command[command.index("--max-model-len") + 1] == str(longest)  # no request refused for its length
 
 
 # Added to the set for issue 37 and not measured yet (no GPU was lent in the session that added them): each
