@@ -26,7 +26,9 @@ from batchscope.analysis.marker import num  # noqa: E402
 from batchscope.ingest import ingest_run  # noqa: E402
 from batchscope.report import analysed_run  # noqa: E402
 from batchscope.store import Store  # noqa: E402
+from runners.spec import SpecError  # noqa: E402
 from runners.spec.refine import PLATEAU_GAIN  # noqa: E402
+from runners.spec.slo import parse_slo  # noqa: E402
 
 TRUSTED_SHARE = 0.9  # issue 37: at least this share of a run's ok points has a trusted throughput verdict
 SIZE_LIMIT_MB = 15.0
@@ -130,19 +132,18 @@ def table_of(folders: list[Path], slo: SLO) -> tuple[list[RunRow], float]:
     return rows, size / 1e6
 
 
-def parse_slo(text: str) -> SLO:
-    """ "ttft:95:1000" -> SLO; a clear message for anything else."""
+def slo_option(text: str) -> SLO:
+    """--slo through the runner's own parser, its message kept for argparse."""
     try:
-        metric, pct, ms = text.split(":")
-        return SLO(metric, int(pct), float(ms))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give METRIC:PERCENTILE:MS, e.g. ttft:95:1000") from None
+        return parse_slo(text, "slo")
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folders", nargs="+", type=Path, help="run folders (data/demo/h200-*)")
-    ap.add_argument("--slo", type=parse_slo, default=SLO("ttft", 95, 1000.0),
+    ap.add_argument("--slo", type=slo_option, default=SLO("ttft", 95, 1000.0),
                     help="the SLO the markers use (default ttft:95:1000, as the shipped set's table)")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
