@@ -118,6 +118,26 @@ def choose(tab, label: str, option: str) -> None:
     settle(tab)
 
 
+def overlay_option(tab, name: str, typed: str = ""):
+    """The "Runs to overlay" option `name`, visible in an open list filtered by `typed` (a user's typing into
+    a long list). A click that lands while a rerun redraws the picker leaves the list shut, so an option
+    that does not show within 10 s gets the list opened once more."""
+    picker = tab.locator('[data-testid="stMultiSelect"]').filter(has_text="Runs to overlay")
+    option = tab.get_by_role("option", name=name).first
+    for attempt in range(3):
+        box = picker.locator("input").first
+        box.click()
+        box.fill(typed)
+        try:
+            option.wait_for(state="visible", timeout=10_000)
+            return option
+        except playwright.TimeoutError:
+            if attempt == 2:
+                raise
+            tab.keyboard.press("Escape")
+            settle(tab)
+
+
 def type_into(tab, label: str, text: str) -> None:
     field = tab.locator(f'input[aria-label="{label}"]')
     field.fill(text)
@@ -242,10 +262,8 @@ def test_tiny_cpu_sweep_from_form_to_linked_charts_and_overlay(page) -> None:
     tab.get_by_role("link", name="History").first.click()
     tab.get_by_role("heading", name="History").wait_for()
     settle(tab)
-    picker = tab.locator('[data-testid="stMultiSelect"]').filter(has_text="Runs to overlay")
     for name in ("browser tiny A", "browser tiny B"):
-        picker.click()
-        tab.get_by_role("option", name=name).first.click()
+        overlay_option(tab, name).click()
         settle(tab)
     tab.keyboard.press("Escape")
     chart = tab.locator(CHART).first
@@ -280,14 +298,10 @@ def timed(tab, action, ready) -> float:
 
 def overlay_demo_runs(tab) -> float:
     """Overlay two demo runs on History; the seconds from the last pick until the second run is drawn."""
-    picker = tab.locator('[data-testid="stMultiSelect"]').filter(has_text="Runs to overlay")
-    picker.click()
-    tab.keyboard.type("1B fast · chat · bf16")  # the list is long: filter it as a user would
-    tab.get_by_role("option", name="1B fast · chat · bf16").first.click()
+    overlay_option(tab, "1B fast · chat · bf16", "1B fast · chat · bf16").click()  # the list is long: filter it
     settle(tab)
-    picker.click()
-    tab.keyboard.type("1B hf-generate")
-    seconds = timed(tab, lambda: tab.get_by_role("option", name="1B hf-generate · chat · bf16").first.click(),
+    second = overlay_option(tab, "1B hf-generate · chat · bf16", "1B hf-generate")
+    seconds = timed(tab, second.click,
                     lambda: tab.locator(f"{CHART} svg text", has_text="1B hf-generate").first.wait_for(
                         timeout=60_000))  # the second run in the legend: the overlay is redrawn
     tab.keyboard.press("Escape")
