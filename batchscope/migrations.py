@@ -158,10 +158,15 @@ _V12_TTFT_PARTS = [  # an endpoint request's TTFT part by part (runners/results/
     "ttft_client_ms_p50", "ttft_uplink_ms_p50", "ttft_parse_ms_p50", "ttft_step_wait_ms_p50", "ttft_queue_ms_p50",
     "ttft_prefill_ms_p50", "ttft_flush_ms_p50", "ttft_downlink_ms_p50", "clock_error_ms")]
 
+_V13_LOADED = [  # a continuous or endpoint repeat's load window (runners/metrics/loaded.py)
+    "ALTER TABLE repeats ADD COLUMN loaded_ms DOUBLE",
+    "ALTER TABLE repeats ADD COLUMN loaded_output_tokens BIGINT",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
 MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
                                _V6_OUTLIER_STEPS, _V7_TRUST, _V8_PAGED_KV, _V9_TEAM, _V10_MEASURED,
-                               _V11_QUANT_ERROR, _V12_TTFT_PARTS]
+                               _V11_QUANT_ERROR, _V12_TTFT_PARTS, _V13_LOADED]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

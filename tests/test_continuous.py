@@ -339,4 +339,10 @@ def test_requests_per_client_serves_the_first_of_the_same_workload_at_each_concu
                            for r, rows in requests.groupby("repeat")}
     assert all(len(served[1][r]) == 2 and len(served[3][r]) == 5 for r in (0, 1))
     assert all(served[1][r] == served[3][r][:2] for r in (0, 1))
+    # output tokens/s is the rate while requests still arrived: the drain after the last one is left out
+    repeats = pq.read_table(out / "points" / "p0001.repeats.parquet").to_pandas()
+    assert repeats["loaded_ms"].notna().all() and (repeats["loaded_ms"] < repeats["wall_ms"]).all()
+    assert (repeats["loaded_output_tokens"] < repeats["output_tokens"]).all()
+    rate = repeats["loaded_output_tokens"] / repeats["loaded_ms"] * 1e3
+    assert list(repeats["output_tokens_per_s"]) == pytest.approx(list(rate))
     assert json.loads((out / "spec.json").read_text())["requests_per_client"] == 2

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from runners.engines.continuous import RunResult
 from runners.metrics import summary
+from runners.metrics.loaded import loaded
 from runners.metrics.repeat import Repeat, repeat_row, request_row
 from runners.metrics.stats import percentile
 from runners.results.schemas import PERCENTILES
@@ -44,10 +45,12 @@ def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: Ru
         "decode_tokens": s.decode_tokens, "kv_blocks": s.kv_blocks, "preemptions": s.preemptions,
     } for k, s in enumerate(result.steps)]
     wall_ms = result.steps[-1].end_s * 1e3
+    load = loaded([r.arrival_s * 1e3 for r in result.requests],
+                  [[t * 1e3 for t in r.token_s] for r in result.requests])
     row = repeat_row(base, wall_ms, sum(s["duration_ms"] for s in steps if s["prefill_tokens"]),
                      sum(s["duration_ms"] for s in steps if not s["prefill_tokens"]),
                      sum(r.output_len for r in result.requests), sum(r.prompt_len for r in result.requests),
-                     len(result.requests))
+                     len(result.requests), load)
     return ContinuousRepeat(requests, steps, row, itl, met / (wall_ms / 1e3), result.admission_waits,
                             result.preemptions)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from runners.engines.endpoint import SERVER_STAMPS, Outcome, Served
 from runners.engines.sse import token_times
 from runners.metrics import summary
+from runners.metrics.loaded import loaded
 from runners.metrics.repeat import Repeat, repeat_row, request_row
 from runners.metrics.stats import percentile
 from runners.results.schemas import TTFT_PARTS
@@ -37,9 +38,10 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
     """One repeat as rows. A request's prompt and generated lengths are the server's counts (usage) where
     it gave them, else the drawn prompt and the chunks received; its `output_len` is the drawn length it
     asked for, so a server that ended a request early (its length not forced) shows as `generated_len`
-    under it, and throughput counts the tokens generated. Raises RuntimeError when no request finished."""
+    under it, and throughput counts the tokens generated while requests arrived (runners.metrics.loaded).
+    Raises RuntimeError when no request finished."""
     base = {"point_index": point_index, "repeat": repeat, "batch_size": batch_size}
-    rows, itl = [], []
+    rows, itl, made = [], [], []
     clock = served.clock
     met = 0
     failed: Counter = Counter(o.error for o in served.outcomes if o.error is not None)
@@ -51,6 +53,7 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
         ms = [t * 1e3 for t in token_times(o.chunk_s, tokens)]
         gaps = [b - a for a, b in zip(ms, ms[1:])]
         itl.extend(gaps)
+        made.append(ms)
         arrival = o.arrival_s * 1e3
         prompt = o.prompt_tokens if o.prompt_tokens is not None else prompt_lens[o.index]
         row = request_row(base, o.index, prompt, output_lens[o.index], None, ms[0] - arrival, ms[-1] - arrival,
@@ -63,7 +66,8 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
         raise RuntimeError(f"all {len(served.outcomes)} requests failed: {failure_text(failed, len(served.outcomes), first)}")
     wall_ms = served.end_s * 1e3
     row = repeat_row(base, wall_ms, None, None, sum(r["generated_len"] for r in rows),
-                     sum(r["prompt_len"] for r in rows), len(rows))
+                     sum(r["prompt_len"] for r in rows), len(rows),
+                     loaded([o.arrival_s * 1e3 for o in served.outcomes], made))
     in_flight = sum(o.end_s - o.sent_s for o in served.outcomes) / served.end_s
     return EndpointRepeat(rows, [], row, itl, met / (wall_ms / 1e3), in_flight, len(served.outcomes), failed, first,
                           None if clock is None else clock.error_s * 1e3)

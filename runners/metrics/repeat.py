@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from runners.metrics.loaded import Loaded
 from runners.metrics.stats import percentile
 
 Row = dict[str, Any]
@@ -30,11 +31,12 @@ def request_row(base: Row, index: int, prompt_len: int, output_len: int, queue_m
 
 
 def repeat_row(base: Row, wall_ms: float, prefill_ms: float | None, decode_ms: float | None, output_tokens: int,
-               input_tokens: int, requests: int) -> Row:
+               input_tokens: int, requests: int, load: Loaded | None = None) -> Row:
     """A repeat's totals and its rates over the wall time (prefill and decode time None where unseen: a
-    server's)."""
+    server's); with `load` (requests that arrive over time), output tokens/s is the rate while it was applied."""
     wall_s = wall_ms / 1e3
     return {**base, "wall_ms": wall_ms, "prefill_ms": prefill_ms, "decode_ms": decode_ms,
             "output_tokens": output_tokens, "input_tokens": input_tokens,
-            "output_tokens_per_s": output_tokens / wall_s, "input_tokens_per_s": input_tokens / wall_s,
-            "requests_per_s": requests / wall_s}
+            "output_tokens_per_s": load.output_tokens_per_s if load else output_tokens / wall_s,
+            "input_tokens_per_s": input_tokens / wall_s, "requests_per_s": requests / wall_s,
+            "loaded_ms": load.ms if load else None, "loaded_output_tokens": load.output_tokens if load else None}

@@ -1,0 +1,44 @@
+"""Output throughput while the load is applied: from the first token made to the last request's arrival
+(docs/design.md §2, "Throughput while loaded").
+
+A continuous or endpoint repeat ends with a drain: once the last request has arrived, in-flight requests
+finish one by one at ever fewer in flight, and the slowest of them sets the wall time. Rated over the
+wall, 256 closed-loop clients with two requests each read ± 9.2 % after six draws on an H200
+(docs/benchmarks.md, demo set v3): the point measured how the harness's tail ended, not C in flight.
+Counting only the tokens made while requests still arrive reads the load the point is labelled with; the
+drain's requests still count in every latency percentile.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The load's window (ms from the repeat's start) and the output tokens made inside it."""
+
+    start_ms: float
+    end_ms: float
+    output_tokens: int
+
+    @property
+    def ms(self) -> float:
+        return self.end_ms - self.start_ms
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / (self.ms / 1e3)
+
+
+def loaded(arrivals_ms: Sequence[float], token_ms: Sequence[Sequence[float]]) -> Loaded | None:
+    """Tokens made after the first token and up to the last arrival (a token made at that moment counts):
+    the output of the steps that ran while requests still arrived. None when no token came before the last
+    request arrived (a load sent at once, as C clients with one request each: the whole wall is the load's)."""
+    firsts = [times[0] for times in token_ms if times]
+    if not arrivals_ms or not firsts:
+        return None
+    start, end = min(firsts), max(arrivals_ms)
+    if end <= start:
+        return None
+    return Loaded(start, end, sum(start < t <= end for times in token_ms for t in times))
