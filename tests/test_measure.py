@@ -13,8 +13,7 @@ import pytest
 
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
-from runners.engines.scheduler import Arrivals, Request, poisson_times
-from runners.metrics.interval import Interval, StepModel, by_draws, by_model, offered_tokens_per_s, open_loop_interval
+from runners.metrics.interval import Interval, StepModel, by_draws, by_model
 from runners.modes.draws import outcome, planned, replay_spread, runs, words
 from runners.spec import SweepSpec
 from tests.runner_helpers import REPO, TINY, run_runner
@@ -38,30 +37,6 @@ def test_the_model_is_corrected_by_the_measured_draws_ratio_to_their_predictions
     # a model that misses by ± 10 % on two draws: t(1) = 12.706 × sd(0.9, 1.1) / √2 = 127 %, in quadrature
     wide = by_model([90.0, 110.0], [100.0, 100.0], [100.0] * 4)
     assert wide.half == pytest.approx(12.706 * math.sqrt(0.02) / math.sqrt(2), rel=1e-6)
-
-
-def test_an_open_loop_draw_is_known_against_its_offered_load_below_capacity() -> None:
-    # 3 requests of 10, 20 and 30 tokens arriving at 1.0, 1.5 and 3.0 s: the first two's 30 tokens are offered
-    # over the 2 s the load lasts (the last request's come after it)
-    assert offered_tokens_per_s([10, 20, 30], [1.0, 1.5, 3.0]) == 15.0
-    # below capacity each draw makes 1 % less than it was offered, whatever its arrivals: the offered
-    # method is exact (the ratios agree) up to the host mean's sampling error, 1.96 × 10 / √4 / 100
-    host = [90.0, 110.0, 90.0, 110.0]
-    below = open_loop_interval([79.2, 108.9, 99.0], [80.0, 110.0, 100.0], host)
-    assert below.method == "offered" and below.estimate == pytest.approx(99.0)
-    assert below.half == pytest.approx(0.098, abs=1e-6) and below.predicted == (80.0, 110.0, 100.0)
-    # at capacity the GPU makes 100 tok/s however much is offered: the draws alone agree, and win
-    at_capacity = open_loop_interval([100.0, 100.5, 99.5], [80.0, 110.0, 100.0], host)
-    assert at_capacity.method == "draws" and at_capacity.estimate == pytest.approx(100.0)
-    assert at_capacity.half == pytest.approx(4.303 * 0.5 / math.sqrt(3) / 100, rel=1e-4)
-
-
-def test_arrivals_are_the_seeded_poisson_times_the_offered_load_reads() -> None:
-    times = poisson_times(5, 4.0, 7)
-    assert times == sorted(times) and times == poisson_times(5, 4.0, 7) and times != poisson_times(5, 4.0, 8)
-    arrivals = Arrivals([Request(i, 3, 2) for i in range(5)], rate=4.0, seed=7)
-    assert arrivals.next_time() == times[0]
-    assert [r.arrival_s for r in arrivals.arrived(times[-1])] == times  # the engine's arrivals are the same
 
 
 def test_a_static_batch_runs_as_long_as_its_longest_output() -> None:

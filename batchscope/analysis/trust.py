@@ -192,13 +192,10 @@ def measured_interval_finding(point: pd.Series, draws: int) -> Finding:
                                                          f"tok/s) has no interval.")
     half = float(half)
     level = "trusted" if half <= goal else "caution" if half <= INTERVAL_UNTRUSTED else "untrusted"
-    against = {"model": ("a step-time model", "its prediction"),
-               "offered": ("the offered load (arrivals and lengths)", "its offered load")
-               }.get(point.get("interval_method"))
-    how = (f"{against[0]} over many host draws, checked against {draws} measured draws"
-           + (f" (each within {pct(float(point['prediction_error_max']), 1)} of {against[1]})"
+    how = (f"a step-time model over many host draws, checked against {draws} measured draws"
+           + (f" (each within {pct(float(point['prediction_error_max']), 1)} of its prediction)"
               if known(point.get("prediction_error_max")) else "")
-           if against else f"{draws} draws")
+           if point.get("interval_method") == "model" else f"{draws} draws")
     spent = point.get("budget_spent")
     short = (f"; the {'draw' if spent == 'draws' else 'time'} budget ran out short of the ± {pct(goal)} target"
              if isinstance(spent, str) else "")

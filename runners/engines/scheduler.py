@@ -58,16 +58,6 @@ class Request:
         return self.generated == self.output_len
 
 
-def poisson_times(n: int, rate: float, seed: int) -> list[float]:
-    """`n` arrival times (s) of a seeded Poisson process at `rate` per second: the same for the same seed,
-    whether an engine serves them or an open-loop point's offered load is worked out on the host."""
-    rng, t, times = random.Random(f"arrivals:{seed}"), 0.0, []
-    for _ in range(n):
-        t += rng.expovariate(rate)
-        times.append(t)
-    return times
-
-
 class Arrivals:
     """When requests arrive: Poisson (open loop, seeded gaps) or N closed-loop clients.
 
@@ -88,8 +78,10 @@ class Arrivals:
         self.pending = deque(requests)
         self.due: list[tuple[float, int, Request]] = []
         if rate is not None:
-            for t, r in zip(poisson_times(len(self.pending), rate, seed), self.pending):
-                self.due.append((t, r.index, r))  # in time order: already a heap
+            rng, t = random.Random(f"arrivals:{seed}"), 0.0
+            for r in self.pending:
+                t += rng.expovariate(rate)
+                self.due.append((t, r.index, r))
             self.pending.clear()
         else:
             for client in range(concurrency):

@@ -8,8 +8,7 @@ prediction over HOST_DRAWS draws made on the host (no GPU time), and corrects it
 ratio to their own predictions (a control variate): the interval then reflects how well the measured
 draws agree with the model, not how much the lengths vary. Where no model predicts a draw (a
 continuous or endpoint point, whose draw is its whole request set), the `draws` method is Student's t
-over the measured draws; an open-loop one (a Poisson rate) may instead take the `offered` method, the
-same control variate with each draw's offered load in the model's place.
+over the measured draws.
 """
 from __future__ import annotations
 
@@ -37,7 +36,7 @@ class Interval:
 
     estimate: float
     half: float
-    method: str  # "model", "offered" or "draws"
+    method: str  # "model" or "draws"
     prediction_error_max: float | None = None  # the largest |measured ÷ predicted − 1| over the draws
     predicted: tuple[float, ...] = ()  # the model's throughput for each measured draw, in draw order
 
@@ -63,8 +62,7 @@ def by_draws(tput: Sequence[float]) -> Interval:
     return Interval(mean, t95(len(tput)) * statistics.stdev(tput) / math.sqrt(len(tput)) / mean, "draws")
 
 
-def by_model(measured: Sequence[float], predicted: Sequence[float], host: Sequence[float],
-             method: str = "model") -> Interval:
+def by_model(measured: Sequence[float], predicted: Sequence[float], host: Sequence[float]) -> Interval:
     """The host draws' mean prediction × the measured draws' mean ratio to their predictions.
 
     The interval adds, in quadrature, the ratio's t-interval (how far the model is from the GPU) and the
@@ -74,29 +72,10 @@ def by_model(measured: Sequence[float], predicted: Sequence[float], host: Sequen
     worst = max(abs(r - 1) for r in ratios)
     estimate = mean_host * statistics.fmean(ratios)
     if len(ratios) < 2:
-        return Interval(estimate, math.inf, method, worst, tuple(predicted))
+        return Interval(estimate, math.inf, "model", worst, tuple(predicted))
     model = t95(len(ratios)) * statistics.stdev(ratios) / math.sqrt(len(ratios)) / statistics.fmean(ratios)
     sampling = 1.96 * statistics.pstdev(host) / math.sqrt(len(host)) / mean_host
-    return Interval(estimate, math.hypot(model, sampling), method, worst, tuple(predicted))
-
-
-def offered_tokens_per_s(output_lens: Sequence[int], arrivals_s: Sequence[float]) -> float:
-    """An open-loop draw's offered load while it arrives: the output tokens of every request but the last
-    (whose tokens all come after the load window closes at its arrival), over the span of the arrivals.
-    `arrivals_s` are in request order, as a Poisson process sends them."""
-    return sum(output_lens[:-1]) / (arrivals_s[-1] - arrivals_s[0])
-
-
-def open_loop_interval(measured: Sequence[float], offered: Sequence[float], host: Sequence[float]) -> Interval:
-    """An open-loop point (requests at a Poisson rate): the narrower of Student's t over its draws and the
-    `offered` method, the host draws' mean offered load × the measured draws' mean ratio to their own.
-
-    Below capacity a draw's rate is its offered load, which moves with its arrivals (± 1/√N over N
-    requests) while the ratio stays near 1: the offered method knows the point from three draws where the
-    draws alone cannot. At capacity the rate no longer follows the offered load and the draws agree
-    among themselves, so Student's t over them is the narrower."""
-    alone, against = by_draws(measured), by_model(measured, offered, host, "offered")
-    return against if against.half < alone.half else alone
+    return Interval(estimate, math.hypot(model, sampling), "model", worst, tuple(predicted))
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,7 @@
 cache of max_num_seqs rows, with its arrival rate or clients (docs/design.md §2)."""
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -13,14 +11,10 @@ from runners.engines.base import Batch, Engine
 from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.metrics.continuous import ContinuousRepeat, continuous_repeat, summarise
-from runners.engines.scheduler import poisson_times
-from runners.metrics.interval import (HOST_BASE, Interval, by_draws, host_draws, offered_tokens_per_s,
-                                      open_loop_interval)
-from runners.metrics.repeat import Repeat
+from runners.metrics.interval import Interval, by_draws
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext
-from runners.spec import SweepSpec
 from runners.spec.continuous import ContinuousPoint, longest_request, requests_per_point
 from runners.spec.endpoint import EndpointPoint
 from runners.workload import workload
@@ -54,32 +48,6 @@ def first(batch: Batch, n: int) -> Batch:
     return Batch(prompt_ids=batch.prompt_ids[:n], output_lens=batch.output_lens[:n])
 
 
-class LoadInterval:
-    """A continuous or endpoint point's throughput interval: Student's t over its draws; for requests at a
-    Poisson rate, the narrower of that and the draws against their offered load (runners.metrics.interval
-    .open_loop_interval), whose expectation HOST_DRAWS host draws of lengths and arrivals give once a point."""
-
-    def __init__(self, spec: SweepSpec, rate: float | None, work: dict[int, Batch]) -> None:
-        self.spec, self.rate, self.work = spec, rate, work
-        self.served = len(work[min(work)].output_lens)
-
-    def __call__(self, draws: Sequence[Repeat]) -> Interval:
-        measured = [rep.row["output_tokens_per_s"] for rep in draws]
-        if self.rate is None or self.served < 2:
-            return by_draws(measured)
-        offered = [self.offered(rep.row["draw"], self.work[rep.row["draw"]].output_lens) for rep in draws]
-        return open_loop_interval(measured, offered, self.host)
-
-    def offered(self, draw: int, outputs: list[int]) -> float:
-        arrivals = poisson_times(self.served, self.rate, workload.arrival_seed(self.spec, draw))
-        return offered_tokens_per_s(outputs[:self.served], arrivals)
-
-    @functools.cached_property
-    def host(self) -> list[float]:
-        lengths = host_draws(lambda k: self.spec.request_lengths(self.spec.num_requests, k))
-        return [self.offered(HOST_BASE + k, outputs) for k, (_, outputs) in enumerate(lengths)]
-
-
 def load_columns(point: ContinuousPoint | EndpointPoint) -> dict[str, Any]:
     """The summary columns that say which load a point ran, whatever its outcome."""
     return {"sweep_axis": point.axis, "sweep_value": point.value, "max_num_seqs": point.max_num_seqs,
@@ -93,7 +61,6 @@ class ContinuousRun:
     def __init__(self, ctx: PointContext, index: int, point: ContinuousPoint) -> None:
         self.ctx, self.index, self.point = ctx, index, point
         self.work, self.arrivals = load(ctx, point)
-        self.interval_of = LoadInterval(ctx.spec, point.arrival_rate, self.work)
         self.served = serving_engine(ctx.engine, ctx.device)
         self.release = self.served.release
         self.capacity = 0
@@ -118,9 +85,8 @@ class ContinuousRun:
                                  spec.slo_ms), window
 
     def interval(self, draws: list[ContinuousRepeat]) -> Interval:
-        """A draw is the whole request set and its arrivals: no step model predicts it, so draws alone, or for
-        an open loop against each draw's offered load (runners.metrics.interval.open_loop_interval)."""
-        return self.interval_of(draws)
+        """A draw is the whole request set and its arrivals: no step model predicts it, so draws alone."""
+        return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
 
     def summarise(self, repeats: list[ContinuousRepeat]) -> Summary:
         spec = self.ctx.spec

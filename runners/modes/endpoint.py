@@ -23,11 +23,11 @@ from runners.engines.endpoint import Capabilities, EndpointClient
 from runners.engines.negotiate import negotiate
 from runners.engines.server_command import ServerProcess
 from runners.metrics.endpoint import EndpointRepeat, endpoint_repeat, summarise
-from runners.metrics.interval import Interval
+from runners.metrics.interval import Interval, by_draws
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext, Stages
-from runners.modes.continuous import LoadInterval, load, load_columns
+from runners.modes.continuous import load, load_columns
 from runners.results import contract
 from runners.results.runfolder import RunWriter
 from runners.spec import SweepSpec
@@ -90,7 +90,6 @@ class EndpointRun:
         spec = ctx.spec
         self.ctx, self.index, self.point = ctx, index, point
         self.work, self.arrivals = load(ctx, point)
-        self.interval_of = LoadInterval(ctx.spec, point.arrival_rate, self.work)
         self.client = EndpointClient(spec.url, spec.model_name, api_key(spec), spec.request_timeout_s)
         self.server = (ServerProcess(server_argv(spec, point), ctx.folder.root / contract.SERVER_LOG)
                        if spec.server_command else None)
@@ -149,8 +148,8 @@ class EndpointRun:
                                batch.output_lens, spec.slo_metric, spec.slo_ms), window
 
     def interval(self, draws: list[EndpointRepeat]) -> Interval:
-        """A draw is the whole request set sent to the server, whose steps are unseen: as a continuous point's."""
-        return self.interval_of(draws)
+        """A draw is the whole request set sent to the server, whose steps are unseen: draws alone."""
+        return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
 
     def summarise(self, repeats: list[EndpointRepeat]) -> Summary:
         spec = self.ctx.spec
