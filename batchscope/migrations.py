@@ -159,7 +159,8 @@ _V12_TTFT_PARTS = [  # an endpoint request's TTFT part by part (runners/results/
     "ttft_prefill_ms_p50", "ttft_flush_ms_p50", "ttft_downlink_ms_p50", "clock_error_ms")]
 
 _V13_LOADED = [  # a continuous or endpoint repeat's load window (runners/metrics/loaded.py)
-    "ALTER TABLE repeats ADD COLUMN loaded_ms DOUBLE",
+    "ALTER TABLE repeats ADD COLUMN loaded_start_ms DOUBLE",
+    "ALTER TABLE repeats ADD COLUMN loaded_end_ms DOUBLE",
     "ALTER TABLE repeats ADD COLUMN loaded_output_tokens BIGINT",
 ]
 

@@ -12,6 +12,8 @@ import math
 import altair as alt
 import pandas as pd
 
+from batchscope.charts import palette
+
 MAX_POINTS = 1500  # per series: more steps than this are averaged in equal runs of consecutive steps
 WIDTH, HEIGHT = 700, 150
 COLUMNS = ["t_s", "series", "value"]
@@ -77,9 +79,11 @@ def split_tokens(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
 
 
 def timeline_chart(steps: pd.DataFrame, kv_capacity_tokens: float | None, max_num_seqs: float | None,
-                   kv_block_size: float | None = None) -> alt.VConcatChart | None:
-    """Stacked panels on one time axis, with the max_num_seqs and 100 % capacity lines where known;
-    None when the steps hold nothing to draw."""
+                   kv_block_size: float | None = None, window_ms: tuple[float, float] | None = None
+                   ) -> alt.VConcatChart | None:
+    """Stacked panels on one time axis, with the max_num_seqs and 100 % capacity lines where known and the
+    repeat's load window (`window_ms`, whose tokens its throughput counts) shaded; None when the steps hold
+    nothing to draw."""
     frames, per_value = timeline_frames(steps, kv_capacity_tokens, kv_block_size)
     if not frames:
         return None
@@ -97,6 +101,12 @@ def timeline_chart(steps: pd.DataFrame, kv_capacity_tokens: float | None, max_nu
             tooltip=[alt.Tooltip("series:N"), alt.Tooltip("t_s:Q", title="s", format=",.3f"),
                      alt.Tooltip("value:Q", format=",.2f")])
         layers: list[alt.Chart] = [line]
+        if window_ms is not None:
+            band = pd.DataFrame({"from_s": [window_ms[0] / 1000.0], "to_s": [window_ms[1] / 1000.0]})
+            tooltip = [alt.Tooltip("from_s:Q", title="load window from (s)", format=",.3f"),
+                       alt.Tooltip("to_s:Q", title="to (s)", format=",.3f")]
+            layers.insert(0, alt.Chart(band).mark_rect(color=palette.LOAD_WINDOW, opacity=0.25).encode(
+                x="from_s:Q", x2="to_s:Q", tooltip=tooltip))
         level, label = limits.get(name, (None, ""))
         if level:
             rule = pd.DataFrame({"value": [float(level)], "label": [label]})

@@ -43,9 +43,9 @@ CONTINUOUS = (*FAST, "--mode", "continuous", "--max-num-batched-tokens", "8192",
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 MODELS = {"1b": "llama-3.2-1b", "8b": "llama-3.1-8b"}
 # Closed-loop clients, two requests each from one 1 024-request workload, 512 slots; no replay (a point's draws
-# carry its interval). A draw is rated while loaded (runners/metrics/loaded.py): rated over the wall, the drain
-# after the last arrival spread the draws ±9–13 % at 4, 64 and 256 clients and the run outgrew its 520 s bound
-# (docs/benchmarks.md, demo set v3); the 512-client point's draws take about 40 s each on an H200.
+# carry its interval). A draw is rated while loaded (runners/metrics/loaded.py): rated over the wall, drain
+# included, the draws read ±9–13 % at 4, 64 and 256 clients and the run outgrew its 520 s bound (docs/benchmarks.md,
+# demo set v3); the 512-client point's draws take about 40 s each on an H200.
 CLIENTS_LOAD = ("--max-num-seqs", "512", "--requests-per-client", "2", "--num-requests", "1024", "--replays", "0")
 SERVED_PORT = 8771
 SERVED_URL = f"http://127.0.0.1:{SERVED_PORT}/v1"

@@ -106,6 +106,19 @@ def test_a_repeat_keeps_finished_requests_and_counts_the_failed_ones_by_kind() -
     assert out["ttft_ms_p50"] == pytest.approx(250.0)
 
 
+def test_an_endpoint_repeat_rates_output_over_its_load_window_failed_arrivals_included() -> None:
+    served = Served([
+        outcome(0, 0.000, 0.000, [0.010, 0.020, 0.030]),
+        outcome(1, 0.015, 0.015, [], error="connection refused"),  # sent, so part of the load
+        outcome(2, 0.025, 0.025, [0.040, 0.050]),
+    ], start=0.0)
+    rep = endpoint_repeat(0, 0, 3, served, [4, 4, 4], [3, 3, 2], "ttft", 1000.0)
+    # window (10, 25] ms: only request 0's token at 20 ms lies in it; the rest come after the last arrival
+    assert (rep.row["loaded_start_ms"], rep.row["loaded_end_ms"]) == pytest.approx((10.0, 25.0))
+    assert rep.row["loaded_output_tokens"] == 1 and rep.row["output_tokens_per_s"] == pytest.approx(1 / 0.015)
+    assert rep.row["requests_per_s"] == pytest.approx(2 / 0.051)  # the wall: the last byte at 51 ms
+
+
 def test_a_requests_ttft_splits_at_each_timestamp_into_parts_that_add_up_to_it() -> None:
     o = outcome(0, 0.010, 0.011, [0.100, 0.110])  # due at 10 ms, sent at 11, first chunk parsed at 100
     # the server's stamps on the repeat's clock: received, submitted, handed, admitted, first token, flushed

@@ -32,8 +32,9 @@ def test_a_repeat_row_rates_output_over_the_window_and_the_rest_over_the_wall() 
     base = {"point_index": 0, "repeat": 0, "batch_size": 2}
     load = loaded([0.0, 0.0, 40.0, 60.0], [[10.0, 40.0], [10.0, 60.0], [50.0], [70.0, 100.0]])
     row = repeat_row(base, 100.0, None, None, 7, 40, 4, load)
-    assert (row["loaded_ms"], row["loaded_output_tokens"]) == (50.0, 3)  # 40, 60 and 50 lie in (10, 60]
+    assert (row["loaded_start_ms"], row["loaded_end_ms"], row["loaded_output_tokens"]) == (10.0, 60.0, 3)
+    # 40, 60 and 50 lie in (10, 60]
     assert row["output_tokens_per_s"] == pytest.approx(3 / 0.050)
     assert row["input_tokens_per_s"] == pytest.approx(400.0) and row["requests_per_s"] == pytest.approx(40.0)
     static = repeat_row(base, 100.0, 10.0, 90.0, 7, 40, 2)
-    assert static["output_tokens_per_s"] == pytest.approx(70.0) and static["loaded_ms"] is None
+    assert static["output_tokens_per_s"] == pytest.approx(70.0) and static["loaded_start_ms"] is None

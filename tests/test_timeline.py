@@ -86,3 +86,18 @@ def test_point_choices_follow_the_axis_and_skip_failed_points() -> None:
 def test_replicas_are_listed_only_when_several_engines_stepped() -> None:
     assert run_view.step_replicas(continuous_steps().assign(replica=np.nan)) == []
     assert run_view.step_replicas(continuous_steps().assign(replica=[0, 1, 0, 1])) == [0, 1]
+
+
+def test_a_repeats_load_window_is_shaded_on_every_panel_where_it_was_recorded() -> None:
+    repeats = pd.DataFrame({"point_index": [0, 0, 1], "repeat": [0, 1, 0], "loaded_start_ms": [10.0, 12.0, np.nan],
+                            "loaded_end_ms": [25.0, 30.0, np.nan]})
+    assert run_view.load_window(repeats, 0, 1) == (12.0, 30.0)
+    assert run_view.load_window(repeats, 1, 0) is None  # a static batch, or a load sent at once
+    assert run_view.load_window(repeats.drop(columns=["loaded_start_ms", "loaded_end_ms"]), 0, 0) is None
+    chart = timeline.timeline_chart(continuous_steps(), 80, 4, window_ms=(10.0, 25.0))
+    spec = chart.to_dict()
+    bands = [layer for panel in spec["vconcat"] for layer in panel["layer"] if layer["mark"]["type"] == "rect"]
+    assert len(bands) == 4 and all(panel["layer"][0]["mark"]["type"] == "rect" for panel in spec["vconcat"])
+    assert all(spec["datasets"][band["data"]["name"]] == [{"from_s": 0.01, "to_s": 0.025}] for band in bands)
+    assert not any(layer["mark"]["type"] == "rect" for panel in timeline.timeline_chart(continuous_steps(), 80, 4)
+                   .to_dict()["vconcat"] for layer in panel["layer"])

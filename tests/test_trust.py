@@ -234,3 +234,11 @@ def test_regression_against_the_latest_earlier_run_of_the_same_configuration() -
                                                    "2 500 tok/s (2 475–2 525 tok/s), within noise: the repeat spreads "
                                                    "overlap.", "The working point did not move (batch 16)."]
     assert compare(runs[1], before, runs[0], before).differences == ["dtype (bfloat16 vs fp8)"]
+
+
+def test_a_serving_run_rated_over_its_load_window_is_never_compared_with_one_rated_over_the_wall() -> None:
+    older = run_record("a", "2026-01-01", mode="continuous")  # made before the window: its env names no basis
+    newer = {**run_record("b", "2026-01-02", mode="continuous"), "env": {"throughput_basis": "load window"}}
+    again = {**run_record("c", "2026-01-03", mode="continuous"), "env": {"throughput_basis": "load window"}}
+    assert earlier_matches([older, newer, again]) == {"c": "b"}
+    assert config(older)["throughput basis"] == "wall" and "throughput basis" not in config(run_record("s", "2026-01-04"))

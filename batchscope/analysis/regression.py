@@ -16,7 +16,7 @@ from batchscope.analysis import Analysis
 from batchscope.units import tok_s
 from batchscope.analysis.marker import pct
 from batchscope.analysis.noise import describe_spread, spread
-from runners.spec.registry import schedules_slots
+from runners.spec.registry import is_load_driven, schedules_slots
 
 NOISE_FLOOR = 0.02  # a change smaller than this share of the baseline is noise, even between tight spreads
 # (label, where in the stored run record): what must match for two runs to be compared
@@ -34,6 +34,8 @@ def config(run: dict[str, Any]) -> dict[str, Any]:
     keys = SPEC_FIELDS + (CONTINUOUS_FIELDS if schedules_slots(spec.get("mode")) else ())
     found = {key: _hashable(spec.get(key)) for key in keys}
     found.update({label: run.get(column) for label, column in RUN_FIELDS.items()})
+    if is_load_driven(spec.get("mode")):  # rated over the load window, or (made before it) over the wall
+        found["throughput basis"] = (run.get("env") or {}).get("throughput_basis") or "wall"
     return found
 
 

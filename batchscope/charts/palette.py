@@ -15,6 +15,7 @@ MARKER_COLOURS = {"plateau": "#1b9e77", "kneedle": "#7570b3", "SLO limit": "#d95
 TABLEAU10 = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
              "#bab0ac")
 ROOFLINE = "#79706e"  # every roofline prediction (throughput, decode step): grey, dashed
+LOAD_WINDOW = "#bab0ac"  # the band of a continuous repeat's steps whose tokens its throughput counts (pale grey)
 # A series' colour by how its name starts (the metric catalogue's words; a latency's percentile and a GPU's
 # number follow). Throughput is blue wherever it is drawn, TTFT purple with its queue wait a paler purple.
 SERIES_COLOURS = (

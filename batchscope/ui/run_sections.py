@@ -155,14 +155,18 @@ def show_timeline(store: Store, data: run_view.RunData) -> None:
         if len(replicas) > 1:  # each replica steps on its own clock: one at a time
             replica = st.selectbox("Replica", replicas, key=f"timeline_replica_{run_id}")
             steps = steps[steps["replica"] == replica]
-        chart = timeline.timeline_chart(steps, *run_view.timeline_limits(data.table, point))
+        window = run_view.load_window(store.repeats([run_id]), point, repeat)
+        chart = timeline.timeline_chart(steps, *run_view.timeline_limits(data.table, point), window)
         if chart is None:
             st.info("This point's steps recorded no slot, KV cache or token counts.")
             return
         st.altair_chart(chart, width="content")
         st.caption("A continuous point admits requests up to max_num_seqs and while the KV cache has room; a "
                    "static batch keeps its width while its rows finish, so the gap between the two slot lines "
-                   "is padding the GPU still computes.")
+                   "is padding the GPU still computes."
+                   + (" The grey band is the load window, from the first token to the last request's arrival: "
+                      "its tokens over its length are this repeat's throughput; the drain after it counts in the "
+                      "latencies only." if window else ""))
 
 
 def show_fingerprint(data: run_view.RunData) -> None:

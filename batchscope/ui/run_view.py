@@ -196,6 +196,17 @@ def timeline_limits(table: pd.DataFrame, point_index: int) -> tuple[float | None
     return known("kv_capacity_tokens"), known("max_num_seqs"), known("kv_block_size")
 
 
+def load_window(repeats: pd.DataFrame, point_index: int, repeat: int) -> tuple[float, float] | None:
+    """One repeat's load window in ms (runners.metrics.loaded), None where it had none (a static batch, a
+    load sent at once, a run from before the window was recorded)."""
+    if "loaded_start_ms" not in repeats:
+        return None
+    rows = repeats[(repeats["point_index"] == point_index) & (repeats["repeat"] == repeat)]
+    if rows.empty or rows[["loaded_start_ms", "loaded_end_ms"]].isna().any(axis=None):
+        return None
+    return float(rows["loaded_start_ms"].iloc[0]), float(rows["loaded_end_ms"].iloc[0])
+
+
 def workload_lines(spec: dict[str, Any] | None) -> list[str]:
     """The run's workload as a tuner reads it before trusting a number: lengths, what one point runs
     (warm-up, repeats, requests), the sweep and its settings; empty when the spec was not recorded."""

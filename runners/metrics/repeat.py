@@ -39,4 +39,5 @@ def repeat_row(base: Row, wall_ms: float, prefill_ms: float | None, decode_ms: f
             "output_tokens": output_tokens, "input_tokens": input_tokens,
             "output_tokens_per_s": load.output_tokens_per_s if load else output_tokens / wall_s,
             "input_tokens_per_s": input_tokens / wall_s, "requests_per_s": requests / wall_s,
-            "loaded_ms": load.ms if load else None, "loaded_output_tokens": load.output_tokens if load else None}
+            "loaded_start_ms": load.start_ms if load else None, "loaded_end_ms": load.end_ms if load else None,
+            "loaded_output_tokens": load.output_tokens if load else None}

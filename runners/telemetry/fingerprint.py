@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import transformers
 
+from runners.metrics import loaded
 from runners.telemetry.calibrate import device_name, driver_version
 from runners.telemetry.telemetry import pynvml
 
@@ -58,7 +59,7 @@ def collect(device: torch.device, engine_version: str, tensor_parallel: int = 1,
         "cpu_count": torch.get_num_threads(), "ram_bytes": total_ram(), "engine": engine_version,
         "gpu": None, "gpu_memory_bytes": None, "driver": None, "gpu_count": torch.cuda.device_count(),
         "compute_capability": None, "nvml": pynvml is not None, "tensor_parallel": tensor_parallel,
-        "replicas": replicas, "topology": topology(),
+        "replicas": replicas, "topology": topology(), "throughput_basis": loaded.BASIS,
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
