@@ -45,8 +45,10 @@ MODELS = {"1b": "llama-3.2-1b", "8b": "llama-3.1-8b"}
 # Closed-loop clients, two requests each from one 1 024-request workload, 512 slots; no replay (a point's draws
 # carry its interval). A draw is rated while loaded (runners/metrics/loaded.py): rated over the wall, drain
 # included, the draws read ±9–13 % at 4, 64 and 256 clients and the run outgrew its 520 s bound (docs/benchmarks.md,
-# demo set v3); the 512-client point's draws take about 40 s each on an H200.
-CLIENTS_LOAD = ("--max-num-seqs", "512", "--requests-per-client", "2", "--num-requests", "1024", "--replays", "0")
+# demo set v3); the 512-client point's draws take about 40 s each on an H200, so a point draws no more after 120 s
+# (three draws at 512 clients, five at 256) and the sweep ends inside its bound whatever its draws' spread.
+CLIENTS_LOAD = ("--max-num-seqs", "512", "--requests-per-client", "2", "--num-requests", "1024", "--replays", "0",
+                "--point-budget-s", "120")
 SERVED_PORT = 8771
 SERVED_URL = f"http://127.0.0.1:{SERVED_PORT}/v1"
 
