@@ -471,10 +471,24 @@ def test_the_grid_uses_the_window_width_it_has() -> None:
 
 
 def test_present_mode_wraps_a_bottom_legend_into_the_columns_its_panel_holds() -> None:
-    # at font 15 a legend entry is 14 ems of the 14 px label font: 196 px, its label cut at 196 - 2 × 15 = 166 px
+    # at font 15 a legend entry is 18 ems of the 14 px label font: 252 px, its label cut at 252 - 2 × 15 = 222 px
     frame = pd.DataFrame({"x": [1, 2], "series": ["a", "b"], "value": [1.0, 2.0], "dashed": [False, False]})
     chart = alt.layer(*explain_charts.lines(frame, alt.X("x:Q"), "y"))
     one = explain_charts.resize(chart, 600, 400, font=15).to_dict()["config"]["legend"]
-    assert (one["columns"], one["labelLimit"], one["labelFontSize"]) == (3, 166, 14)  # 600 // 196
+    assert (one["columns"], one["labelLimit"], one["labelFontSize"]) == (2, 222, 14)  # 600 // 252
     two = explain_charts.resize(alt.hconcat(chart, chart), 600, 400, font=15).to_dict()["config"]["legend"]
     assert two["columns"] == 1  # each of two panels gets 300 px: one entry a row
+
+
+def test_a_step_on_the_page_wraps_its_legend_so_no_series_name_is_cut() -> None:
+    # the page's panel is 720 px: 12 px labels make an entry 216 px, so 3 columns, each label cut past 190 px,
+    # about 34 characters of 0.55 em, longer than the longest series name
+    table = summary_table(points=3)
+    spec = explain_charts.utilisation_chart(table).to_dict()
+    legend = spec["config"]["legend"]
+    assert (legend["columns"], legend["labelLimit"], legend["labelFontSize"]) == (3, 190, 12)
+    longest = max(len(name) for name in [*palette.MEMORY_COLOURS, "throughput (% of its best)"])
+    assert longest * 0.55 * legend["labelFontSize"] < legend["labelLimit"]
+    # present mode sets its own: the page's setting does not stay behind in the bigger chart
+    assert explain_charts.resize(explain_charts.utilisation_chart(table), 1300, 600, 17).to_dict()[
+        "config"]["legend"]["columns"] == 4  # 1300 // (18 × 16)

@@ -15,7 +15,7 @@ import pandas as pd
 from batchscope.charts import frames, layout, palette
 from batchscope.analysis.axis import sweep_x
 
-WIDTH, HEIGHT = 720, 300
+WIDTH, HEIGHT = 720, 260  # a step's plot, px
 EMPTY = ["x", "series", "value", "dashed"]
 GPU_UTILISATION = ("gpu_util_pct", "sm_util_pct", "tensor_active_pct", "dram_bw_util_pct")
 MEETS, MISSES = "#1b9e77", "#d62728"
@@ -69,7 +69,7 @@ def memory_chart(table: pd.DataFrame, split: pd.DataFrame, on_gpu: bool = True) 
     frame = frames.memory_frame(ok_split)
     x = batch_x(table)
     base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY + ["order"]))
-    colour = alt.Color(**palette.memory_colour(None, {"orient": "bottom", "columns": 3}))
+    colour = alt.Color(**palette.memory_colour(None, {"orient": "bottom"}))  # columns: fit_legend
     layers: list[alt.Chart] = [base.mark_area(opacity=0.85, line=True).encode(
         x=x, y=alt.Y("value:Q", stack="zero", title="memory (GiB)"), color=colour, order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("series:N", title="part"), alt.Tooltip("x:Q", title="batch"),
@@ -174,26 +174,32 @@ def runs_chart(tables: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, s
         anchor="start", fontSize=14)
 
 
-LEGEND_ITEM_EMS = 14  # a legend entry's width in label font sizes: symbol, ~25 characters, padding
+LEGEND_ITEM_EMS = 18  # a legend entry's width in label font sizes: symbol, padding and the longest label
+# ("KV cache (allocated, unused)", 28 characters of about 0.55 em), so no series name is cut
+PAGE_FONT = 13  # a step's title size on the page (its legend labels one smaller), present mode grows it
+
+
+def fit_legend(chart: alt.TopLevelMixin, panel: int, font: int) -> alt.TopLevelMixin:
+    """A bottom legend wrapped into as many columns as a `panel` px wide panel holds, each label cut only past
+    its column (one row of every series ran past the chart's edge and hid the last ones)."""
+    item = LEGEND_ITEM_EMS * (font - 1)
+    return chart.configure_legend(labelFontSize=font - 1, titleFontSize=font, columns=max(1, panel // item),
+                                  labelLimit=item - 2 * font)
 
 
 def resize(chart: alt.TopLevelMixin, width: int, height: int, font: int = 15) -> alt.TopLevelMixin:
     """A copy drawn larger, for present mode: side-by-side panels share the width, fonts grow, and a bottom
-    legend wraps into as many columns as the panel's width holds (one row of every series ran past the
-    chart's edge and hid the last ones), each label cut to its column."""
+    legend wraps into the columns the panel's width holds."""
     big = chart.copy(deep=True)
     if isinstance(big, alt.HConcatChart):
         panel = width // len(big.hconcat)
         for sub in big.hconcat:
             sub.width, sub.height = panel - 40, height
-    else:
+    else:  # present mode's whole chart, axes and legend included, fits the room below the controls
         panel = width
-        big = big.properties(width=width, height=height)
-    item = LEGEND_ITEM_EMS * (font - 1)
-    return (big.configure_axis(labelFontSize=font - 2, titleFontSize=font)
-            .configure_legend(labelFontSize=font - 1, titleFontSize=font, columns=max(1, panel // item),
-                              labelLimit=item - 2 * font)
-            .configure_title(anchor="start", fontSize=font + 3))
+        big = big.properties(width=width, height=height, autosize=alt.AutoSizeParams(type="fit", contains="padding"))
+    return fit_legend(big.configure_axis(labelFontSize=font - 2, titleFontSize=font), panel, font).configure_title(
+        anchor="start", fontSize=font + 3)
 
 
 # ---- building blocks ----
@@ -258,5 +264,7 @@ def titled(frame: pd.DataFrame, title: str) -> str:
 
 
 def panel(layers: list[alt.Chart], title: str) -> alt.LayerChart:
-    return alt.layer(*layers).resolve_scale(color="independent").properties(
-        title=title, width=WIDTH, height=HEIGHT)
+    """One step's chart: its plot WIDTH × HEIGHT, axes and legend around it (fitted into that size, a legend of
+    two rows left a plot 130 px tall)."""
+    return fit_legend(alt.layer(*layers).resolve_scale(color="independent").properties(
+        title=title, width=WIDTH, height=HEIGHT, autosize=alt.AutoSizeParams(type="pad")), WIDTH, PAGE_FONT)
