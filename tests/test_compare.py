@@ -48,6 +48,8 @@ def test_memory_split_by_run_is_one_panel_per_run_on_a_shared_scale() -> None:
     weights = data[data["series"] == "weights"].groupby("run")["value"].max()
     assert weights.to_dict() == {"bf16": 16.0, "fp8": 8.0}
     assert 256.0 not in set(data[data["run"] == "bf16"]["x"])  # the OOM point has no split to draw
+    legend = spec["spec"]["encoding"]["color"]["legend"]
+    assert (legend["columns"], legend["labelLimit"]) == (3, 0)  # "KV cache (allocated, unused)" is not cut
 
 
 def test_the_side_by_side_says_which_values_each_run_lacks_and_compares_only_shared_ones() -> None:

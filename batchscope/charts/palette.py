@@ -75,4 +75,5 @@ def memory_colour(title: str | None = "memory", legend: dict | None = None) -> d
     """The memory parts' colour encoding every page uses: fixed colours, legend in stacking order."""
     return {"field": "series", "type": "nominal", "title": title,
             "scale": {"domain": list(MEMORY_COLOURS), "range": list(MEMORY_COLOURS.values())},
-            "sort": list(MEMORY_COLOURS), "legend": legend or {"orient": "bottom", "columns": 3}}
+            "sort": list(MEMORY_COLOURS),  # three columns hold the longest part's name uncut
+            "legend": legend or {"orient": "bottom", "columns": 3, "labelLimit": 0}}
