@@ -298,8 +298,10 @@ def test_empty_panels_say_no_data_instead_of_failing() -> None:
 
 def test_length_histogram_bins_the_sampled_lengths() -> None:
     spec = to_dict(charts.length_histogram([1, 2, 2, 3], "Prompt length"))
-    assert spec["encoding"]["x"]["bin"] == {"maxbins": 40}
+    assert spec["encoding"]["x"]["bin"] == {"maxbins": 40, "minstep": 1, "extent": [1, 4]}  # whole tokens, 1 to 3
+    assert spec["encoding"]["x"]["axis"]["format"] == "d"
     assert len(spec["datasets"][spec["data"]["name"]]) == 4
+    assert to_dict(charts.length_histogram([128] * 5, "Prompt length"))["encoding"]["x"]["bin"]["extent"] == [128, 129]
 
 
 def test_tensor_parallel_runs_show_the_all_reduce_share_beside_utilisation() -> None:

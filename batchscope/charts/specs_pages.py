@@ -40,8 +40,12 @@ def best_throughput_chart(runs: pd.DataFrame) -> dict:
 def length_histogram(lengths: list[int], title: str) -> alt.Chart:
     """The New sweep preview: how the sampled prompt or output lengths are spread."""
     frame = pd.DataFrame({"tokens": lengths})
+    # whole tokens, from the shortest to one past the longest: a fixed length is one bar one token wide (a
+    # nice-rounded bin drew fixed:128 from 125.0 to 130.0)
+    extent = [min(lengths), max(lengths) + 1] if lengths else None
     return alt.Chart(frame).mark_bar(color="#4c78a8").encode(
-        x=alt.X("tokens:Q", bin=alt.Bin(maxbins=40), title=f"{title} (tokens)"),
+        x=alt.X("tokens:Q", bin=alt.Bin(maxbins=40, minstep=1, extent=extent), title=f"{title} (tokens)",
+                axis=alt.Axis(format="d")),
         y=alt.Y("count():Q", title="requests"),
         tooltip=[alt.Tooltip("count():Q", title="requests")],
     ).properties(height=140)
