@@ -26,6 +26,9 @@ def test_a_load_sent_at_once_or_before_any_token_has_no_window() -> None:
     assert loaded([0.0, 3.0], [[5.0, 6.0], [7.0]]) is None  # the last arrived before the first token
     assert loaded([], []) is None
     assert loaded([0.0, 9.0], [[], []]) is None  # nothing made
+    # a burst: the last request arrived at 4 ms, after the first token (3 ms) but before the next step's
+    # tokens (8 ms), so the window (3, 4] holds no token; rated over it the repeat would read 0 tok/s
+    assert loaded([0.0, 1.0, 4.0], [[3.0, 8.0], [8.0, 13.0], [13.0]]) is None
 
 
 def test_a_repeat_row_rates_output_over_the_window_and_the_rest_over_the_wall() -> None:

@@ -38,11 +38,14 @@ class Loaded:
 def loaded(arrivals_ms: Sequence[float], token_ms: Sequence[Sequence[float]]) -> Loaded | None:
     """Tokens made after the first token and up to the last arrival (a token made at that moment counts):
     the output of the steps that ran while requests still arrived. None when no token came before the last
-    request arrived (a load sent at once, as C clients with one request each: the whole wall is the load's)."""
+    request arrived (a load sent at once, as C clients with one request each: the whole wall is the load's),
+    or when the requests all arrived within one step of the first token (a burst: no step ended inside the
+    window, whose rate would read 0 tok/s while the engine was making tokens)."""
     firsts = [times[0] for times in token_ms if times]
     if not arrivals_ms or not firsts:
         return None
     start, end = min(firsts), max(arrivals_ms)
-    if end <= start:
+    made = sum(start < t <= end for times in token_ms for t in times)
+    if end <= start or not made:
         return None
-    return Loaded(start, end, sum(start < t <= end for times in token_ms for t in times))
+    return Loaded(start, end, made)
