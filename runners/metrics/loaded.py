@@ -45,7 +45,5 @@ def loaded(arrivals_ms: Sequence[float], token_ms: Sequence[Sequence[float]]) ->
     if not arrivals_ms or not firsts:
         return None
     start, end = min(firsts), max(arrivals_ms)
-    made = sum(start < t <= end for times in token_ms for t in times)
-    if end <= start or not made:
-        return None
-    return Loaded(start, end, made)
+    made = sum(start < t <= end for times in token_ms for t in times)  # none when end <= start
+    return Loaded(start, end, made) if made else None
