@@ -545,7 +545,7 @@ def test_explain_page_with_the_demo_runs(home, demo) -> None:  # noqa: F811
     titles = texts(at, "subheader")
     total = len(titles)
     assert total == 9 and [t.split(":")[0] for t in titles[-3:]] == [  # the run's six steps, then three chapters
-        "7. Continuous batching moves the knee", "8. Quantised weights against full precision", "9. Two GPUs"], titles
+        "7. Continuous batching moves the knee", "8. Quantised weights move it again", "9. Two GPUs"], titles
     assert len(at.get("vega_lite_chart")) == total
     sentences = step_sentences(at)
     assert len(sentences) == 2 * total and all(sentences), sentences

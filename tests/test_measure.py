@@ -13,7 +13,7 @@ import pytest
 
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
-from runners.metrics.interval import Interval, StepModel, by_draws, by_model
+from runners.metrics.interval import Interval, StaticDraw, StepModel, by_draws, by_model, static_interval
 from runners.modes.draws import outcome, planned, replay_spread, runs, words
 from runners.spec import SweepSpec
 from tests.runner_helpers import REPO, TINY, run_runner
@@ -40,11 +40,41 @@ def test_the_model_is_corrected_by_the_measured_draws_ratio_to_their_predictions
 
 
 def test_a_static_batch_runs_as_long_as_its_longest_output() -> None:
-    # 0.5 ms per padded prompt token, 10 ms a decode step; a batch of 2 with prompts 8, 4 and outputs 3, 11:
-    # 0.5 × 2 × 8 + 10 × (11 − 1) = 108 ms for 14 tokens → 129.6 tok/s
-    model = StepModel.fit([(2, 8, 8.0), (4, 2, 4.0)], [10.0, 10.0, 12.0, 9.0])
-    assert (model.prefill_ms_per_token, model.step_ms) == (0.5, 10.0)
-    assert model.tokens_per_s([8, 4], [3, 11]) == pytest.approx(14 / 0.108)
+    # prefills of 100 and 300 padded tokens took 12 and 16 ms: 10 ms fixed + 0.02 ms a token; decode steps'
+    # median 10 ms. A batch of 2 with prompts 8, 4 (16 padded tokens) and outputs 3, 11:
+    # 10 + 0.02 × 16 + 10 × (11 − 1) = 110.32 ms for 14 tokens
+    model = StepModel.fit([(100, 12.0), (300, 16.0)], [10.0, 10.0, 12.0, 9.0])
+    assert model.prefill_fixed_ms == pytest.approx(10.0) and model.prefill_ms_per_token == pytest.approx(0.02)
+    assert model.step_ms == 10.0
+    assert model.tokens_per_s([8, 4], [3, 11]) == pytest.approx(14 / 0.11032)
+
+
+def test_the_prefill_line_stays_physical() -> None:
+    # noise that tilts the line down (20 ms at 100 tokens, 10 ms at 300) reads as a fixed 15 ms
+    flat = StepModel.fit([(100, 20.0), (300, 10.0)], [1.0])
+    assert (flat.prefill_fixed_ms, flat.prefill_ms_per_token) == (15.0, 0.0)
+    # one length gives no slope: through the origin, at the mean (11 ms ÷ 200 tokens)
+    one = StepModel.fit([(200, 10.0), (200, 12.0)], [1.0])
+    assert (one.prefill_fixed_ms, one.prefill_ms_per_token) == (0.0, pytest.approx(0.055))
+    # a long prompt's prefill grows faster than its tokens: the line's fixed part comes out below zero
+    # (100 → 50 ms, 200 → 150 ms: −50 ms + 1 ms a token), and is read as no less than 0 ms
+    steep = StepModel.fit([(100, 50.0), (200, 150.0)], [1.0])
+    assert steep.prefill_fixed_ms == pytest.approx(-50.0) and steep.prefill_ms([20]) == 0.0
+    assert steep.prefill_ms([300]) == pytest.approx(250.0)
+
+
+def test_each_draw_is_predicted_by_the_model_fitted_without_it() -> None:
+    # one-row draws, 11 output tokens (10 decode steps of 1 ms). Prefills of 100, 200, 300 tokens took 11, 12
+    # and 19 ms. Fitted without it, the third is predicted on the line through the first two (10 ms + 0.01 ms a
+    # token: 13 ms), so its 6 ms miss shows: predicted 11 / 23 ms, measured 11 / 29 ms.
+    draws = [StaticDraw([n], [11], ms, 11 / (ms + 10.0) * 1000) for n, ms in ((100, 11.0), (200, 12.0), (300, 19.0))]
+    found = static_interval(draws, [1.0] * 30, [([200], [11])])
+    assert found.predicted[2] == pytest.approx(11 / 0.023)
+    assert found.prediction_error_max >= abs(29 / 23 - 1) - 1e-9
+    # the same draws on the line are predicted exactly, so only the host mean's sampling error is left (none)
+    exact = [StaticDraw([n], [11], 10 + n / 100, 11 / (20 + n / 100) * 1000) for n in (100, 200, 300)]
+    known = static_interval(exact, [1.0] * 30, [([200], [11])])
+    assert known.half == pytest.approx(0.0, abs=1e-12) and known.estimate == pytest.approx(11 / 0.022)
 
 
 def test_a_point_runs_its_plan_then_draws_until_known_or_a_budget_is_spent() -> None:

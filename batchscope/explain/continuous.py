@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from batchscope.analysis import SLO
 from batchscope.analysis.marker import num
 from batchscope.explain import charts
@@ -84,9 +86,21 @@ def continuous_second(static: Told, continuous: list[Told], slo: SLO) -> str:
         if queue is not None:  # goodput is left out: the run counts it under its own spec's SLO, not this one
             point = missed.iloc[0]
             words += (f", and {at(told, point)} misses the SLO ({ms(point[slo.column])}) because requests wait for "
-                      f"a free slot (P95 queue wait {ms(queue)})")
+                      f"{what_held_back(point)} (P95 queue wait {ms(queue)})")
         parts.append(words)
     return "; ".join(parts) + "."
+
+
+def what_held_back(point: pd.Series) -> str:
+    """What a point's queued requests waited for (docs/design.md, continuous batching): KV blocks when the
+    scheduler counted such waits; never a slot when every closed-loop client had one, so the step's budget of
+    prompt tokens, which the requests sent together share; else a free slot."""
+    if (value(point, "admission_waits") or 0) > 0:
+        return "KV cache blocks"
+    clients, slots = value(point, "concurrency"), value(point, "max_num_seqs")
+    if clients is not None and slots is not None and clients <= slots:
+        return "their turn at prefill, which takes at most max_num_batched_tokens prompt tokens a step"
+    return "a free slot"
 
 
 def knee_words(told: Told, own: bool = True) -> str:

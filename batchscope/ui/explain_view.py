@@ -71,8 +71,10 @@ def related(run: dict[str, Any], runs: pd.DataFrame, spec_of: Callable[[str], di
 def default_run(runs: pd.DataFrame, load: Callable[[str], RunData | None]) -> str | None:
     """The run the Explain page opens with, chosen so the default walk makes the case that bigger batches
     stop paying: a finished demo static sweep whose throughput peaks before its largest batch or plateaus, on the
-    fast engine (hf-generate's per-step overhead hides the GPU's own knee), with the most ok points, then the larger model, then full-precision weights on one GPU. Else the demo
-    static sweep with the most ok points, else the newest run."""
+    fast engine (hf-generate's per-step overhead hides the GPU's own knee), of the larger model (the set's
+    flagship, whose continuous, quantised and parallel runs give the walk its chapters), with the most ok points,
+    then full-precision weights on one GPU. Else the demo static sweep with the most ok points, else the newest
+    run."""
     if runs.empty:
         return None
     demo = runs[runs["demo"].fillna(False).astype(bool) & (runs["points_ok"] > 0) & (runs["state"] == "done")]
@@ -83,7 +85,7 @@ def default_run(runs: pd.DataFrame, load: Callable[[str], RunData | None]) -> st
             continue
         model = data.run.get("model") or {}
         ranked.append((throughput_shape(data.table, data.analysis) in MAKES_THE_CASE, engine_shows_gpu_knee(data.run.get("engine")),
-                       len(measured(data.table, "output_tokens_per_s")), int(model.get("params") or 0),
+                       int(model.get("params") or 0), len(measured(data.table, "output_tokens_per_s")),
                        not partners.is_quantised(data.run.get("dtype")), partners.gpus(data.run.get("spec")) == (1, 1),
                        str(run_id)))
     if ranked:

@@ -5,10 +5,10 @@ at output lognormal:256:0.5 a batch's throughput varies about 19 % from draw to 
 draws alone needs about 60 of them. Its step times, though, repeat to a fraction of a percent. So the
 `model` method predicts each draw's throughput from the point's measured step times, averages that
 prediction over HOST_DRAWS draws made on the host (no GPU time), and corrects it by the measured draws'
-ratio to their own predictions (a control variate): the interval then reflects how well the measured
-draws agree with the model, not how much the lengths vary. Where no model predicts a draw (a
-continuous or endpoint point, whose draw is its whole request set), the `draws` method is Student's t
-over the measured draws.
+ratio to their own predictions (a control variate), each draw predicted by the model fitted without it:
+the interval then reflects how well the model predicts a draw it has not seen, not how much the lengths
+vary. Where no model predicts a draw (a continuous or endpoint point, whose draw is its whole request
+set), the `draws` method is Student's t over the measured draws.
 """
 from __future__ import annotations
 
@@ -80,22 +80,43 @@ def by_model(measured: Sequence[float], predicted: Sequence[float], host: Sequen
 
 @dataclass(frozen=True)
 class StepModel:
-    """A static batch's time from its measured steps: prefill per padded prompt token, then one median
-    decode step for every output token after the first (a batch runs as long as its longest output)."""
+    """A static batch's time from its measured steps: a prefill of a fixed part (launches, sampling: most of a
+    small batch's prefill) plus a part per padded prompt token, then one median decode step for every output
+    token after the first (a batch runs as long as its longest output)."""
 
+    prefill_fixed_ms: float
     prefill_ms_per_token: float
     step_ms: float
 
     @classmethod
-    def fit(cls, sizes_prompts: Sequence[tuple[int, int, float]], step_ms: Sequence[float]) -> StepModel:
-        """From each measured run's (rows, longest prompt, prefill ms) and every measured decode step."""
-        return cls(statistics.median(ms / (rows * longest) for rows, longest, ms in sizes_prompts),
-                   statistics.median(step_ms) if step_ms else 0.0)
+    def fit(cls, prefills: Sequence[tuple[int, float]], step_ms: Sequence[float]) -> StepModel:
+        """From each measured run's (padded prompt tokens, prefill ms) and every measured decode step: the
+        least-squares line through the prefills, flat where noise tilts it down (a prefill never gets
+        shorter for more tokens); through the origin when one run or one length gives no slope to fit.
+        Its fixed part may come out below zero: attention makes a long prompt's prefill grow faster than
+        its tokens, and the line is that curve's local slope over the lengths the draws spanned."""
+        tokens = [float(t) for t, _ in prefills]
+        ms = [m for _, m in prefills]
+        step = statistics.median(step_ms) if step_ms else 0.0
+        if len(set(tokens)) < 2:
+            return cls(0.0, statistics.fmean(ms) / statistics.fmean(tokens), step)
+        mean_t, mean_ms = statistics.fmean(tokens), statistics.fmean(ms)
+        slope = max(0.0, sum((t - mean_t) * (m - mean_ms) for t, m in zip(tokens, ms))
+                    / sum((t - mean_t) ** 2 for t in tokens))
+        return cls(mean_ms - slope * mean_t, slope, step)
+
+    def prefill_ms(self, prompt_lens: Sequence[int]) -> float:
+        """Never below zero, wherever the line is read."""
+        return max(0.0, self.prefill_fixed_ms + self.prefill_ms_per_token * padded_tokens(prompt_lens))
 
     def tokens_per_s(self, prompt_lens: Sequence[int], output_lens: Sequence[int]) -> float:
-        wall_ms = (self.prefill_ms_per_token * len(prompt_lens) * max(prompt_lens)
-                   + (max(output_lens) - 1) * self.step_ms)
+        wall_ms = self.prefill_ms(prompt_lens) + (max(output_lens) - 1) * self.step_ms
         return sum(output_lens) / wall_ms * 1000.0
+
+
+def padded_tokens(prompt_lens: Sequence[int]) -> int:
+    """A static batch pads every prompt to its longest."""
+    return len(prompt_lens) * max(prompt_lens)
 
 
 Lengths = Callable[[int], tuple[list[int], list[int]]]  # a draw's number → its prompt and output lengths
@@ -118,9 +139,15 @@ class StaticDraw:
 
 def static_interval(draws: Sequence[StaticDraw], step_ms: Sequence[float],
                     host: Sequence[tuple[list[int], list[int]]]) -> Interval:
-    """The `model` method for a static point: the step model fitted to its measured draws and decode steps,
-    averaged over the `host` draws (host_draws), corrected by each measured draw's ratio to it."""
-    model = StepModel.fit([(len(d.prompt_lens), max(d.prompt_lens), d.prefill_ms) for d in draws], step_ms)
-    predicted = [model.tokens_per_s(d.prompt_lens, d.output_lens) for d in draws]
-    host_tput = [model.tokens_per_s(prompts, outputs) for prompts, outputs in host]
+    """The `model` method for a static point: each measured draw is predicted by the step model fitted to the
+    point's other draws (held out, so a model that only fits its own draws shows as misses), and the model
+    fitted to them all is averaged over the `host` draws (host_draws) and corrected by the held-out ratios.
+    The decode step is the median of every measured step: thousands of them, which one draw barely moves."""
+    def fitted(used: Sequence[StaticDraw]) -> StepModel:
+        return StepModel.fit([(padded_tokens(d.prompt_lens), d.prefill_ms) for d in used], step_ms)
+
+    whole = fitted(draws)
+    held_out = [fitted([*draws[:i], *draws[i + 1:]]) if len(draws) > 1 else whole for i in range(len(draws))]
+    predicted = [model.tokens_per_s(d.prompt_lens, d.output_lens) for model, d in zip(held_out, draws)]
+    host_tput = [whole.tokens_per_s(prompts, outputs) for prompts, outputs in host]
     return by_model([d.tokens_per_s for d in draws], predicted, host_tput)
