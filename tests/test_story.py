@@ -85,8 +85,8 @@ def test_continuous_chapter_compares_the_best_under_the_slo_and_says_why_a_point
         "workload (online, Poisson 8 req/s) does best within it at max_num_seqs 16: 320 tok/s at 200 ms, 1.8× the "
         "static throughput under the same SLO.")
     assert step.sentences[1].endswith(
-        "online sweeps max_num_seqs from 8 to 16: its knee is at max_num_seqs 8 (plateau), and max_num_seqs 8 misses "
-        "the SLO (800 ms) because requests wait for a free slot (P95 queue wait 700 ms).")
+        "online's knee is at max_num_seqs 8 (plateau), and max_num_seqs 8 misses the SLO (800 ms) because requests "
+        "wait for a free slot (P95 queue wait 700 ms).")
     assert "ttft<=500ms" not in " ".join(step.sentences)  # the run's own goodput SLO is a second one: never told
     assert continuous.continuous_chapter(static, [online], None) is None  # no SLO set: none is borrowed
     assert continuous.continuous_chapter(static, [], slo) is None
@@ -100,7 +100,7 @@ def test_a_missed_point_names_what_its_queued_requests_waited_for() -> None:
     point = lambda **columns: pd.Series({"admission_waits": 0, **columns})  # noqa: E731
     assert continuous.what_held_back(point(admission_waits=3, concurrency=8, max_num_seqs=16)) == "KV cache blocks"
     # 64 closed-loop clients and 512 slots: every client holds a slot, so only the step's prompt-token budget is left
-    assert continuous.what_held_back(point(concurrency=64, max_num_seqs=512)).startswith("their turn at prefill")
+    assert continuous.what_held_back(point(concurrency=64, max_num_seqs=512)) == "their turn at prefill"
     assert continuous.what_held_back(point(concurrency=64, max_num_seqs=32)) == "a free slot"
     assert continuous.what_held_back(point(concurrency=None, max_num_seqs=16)) == "a free slot"  # Poisson arrivals
 

@@ -74,9 +74,7 @@ def continuous_second(static: Told, continuous: list[Told], slo: SLO) -> str:
     parts = [knee_words(static)]
     for told in continuous:
         table = told[1].table
-        span = measured(table, "output_tokens_per_s")
-        words = (f"{name(told)} sweeps {told[1].axis.noun} from {told[1].axis.value(span.iloc[0]['x'])} to "
-                 f"{told[1].axis.value(span.iloc[-1]['x'])}: {knee_words(told, own=False)}")
+        words = knee_words(told)  # the run's name says what it sweeps
         latency = measured(table, slo.column)
         missed = latency[latency[slo.column] > slo.ms]
         queue = value(missed.iloc[0], "queue_ms_p95") if not missed.empty else None
@@ -93,21 +91,22 @@ def continuous_second(static: Told, continuous: list[Told], slo: SLO) -> str:
 
 def what_held_back(point: pd.Series) -> str:
     """What a point's queued requests waited for (docs/design.md, continuous batching): KV blocks when the
-    scheduler counted such waits; never a slot when every closed-loop client had one, so the step's budget of
-    prompt tokens, which the requests sent together share; else a free slot."""
+    scheduler counted such waits; never a slot when every closed-loop client had one, so their turn at prefill
+    (a step takes at most max_num_batched_tokens prompt tokens, which requests sent together share); else a
+    free slot."""
     if (value(point, "admission_waits") or 0) > 0:
         return "KV cache blocks"
     clients, slots = value(point, "concurrency"), value(point, "max_num_seqs")
     if clients is not None and slots is not None and clients <= slots:
-        return "their turn at prefill, which takes at most max_num_batched_tokens prompt tokens a step"
+        return "their turn at prefill"
     return "a free slot"
 
 
-def knee_words(told: Told, own: bool = True) -> str:
+def knee_words(told: Told) -> str:
     """Where Kneedle (else the plateau) puts the run's knee, or that it finds none."""
     analysis = told[1]
     knee = analysis.kneedle or analysis.plateau
-    who = f"{name(told)}'s knee" if own else "its knee"
+    who = f"{name(told)}'s knee"
     if knee is None:
         return f"{who} is not called (too few points or no bend)"
     how = "Kneedle" if analysis.kneedle is not None else "plateau"
