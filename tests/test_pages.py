@@ -309,7 +309,8 @@ def test_run_page_shows_the_workload_and_runs_it_again_from_new_sweep(home, tiny
     run_page = open_page("app_pages/run.py", run="tiny-cpu", slo="itl:99:250")
     captions = " ".join(texts(run_page, "caption"))
     assert "Prompts fixed:8 · outputs fixed:3 tokens · seed 0" in captions
-    assert "Each point: 2 measured repeats, each one batch of as many requests as the batch size" in captions
+    assert ("Each point: 2 draws and 1 replay, then more draws until the throughput is known within ± 5 % (at most 6 "
+            "runs), each one batch of as many requests as the batch size (at most 6 × B measured)") in captions
     run_page.button(key="again_tiny-cpu").click().run()
     no_traceback(run_page)
     assert not run_page.warning, texts(run_page, "warning")  # no widget given two starting values

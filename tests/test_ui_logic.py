@@ -274,6 +274,13 @@ def test_workload_lines_say_what_each_point_ran() -> None:
     assert run_view.workload_lines(per_client)[1] == (
         "Each point: 3 measured repeats of 2 requests per client, the first of 64 (at most 192 measured) · "
         "1, 4, 16 concurrent clients")
+    # measured until known: the plan, then draws up to max_draws (here 6 runs: 64 × 6 requests at most)
+    known = {**continuous, "target_interval": 0.05, "replays": 1, "max_draws": 6}
+    assert run_view.workload_lines(known)[1] == (
+        "Each point: 3 draws and 1 replay, then more draws until the throughput is known within ± 5 % (at most 6 "
+        "runs) of 64 requests (at most 384 measured) · Poisson arrivals 1,2,4 req/s")
+    static = {**known, "mode": "static", "batch_sizes": [1, 2]}
+    assert run_view.workload_lines(static)[1].endswith("batch size (at most 6 × B measured)")
     assert run_view.workload_lines(None) == []
 
 

@@ -212,7 +212,9 @@ def workload_lines(spec: dict[str, Any] | None) -> list[str]:
     (warm-up, repeats, requests), the sweep and its settings; empty when the spec was not recorded."""
     if not spec:
         return []
-    warmup, repeats = int(spec.get("warmup") or 0), int(spec.get("repeats") or 1)
+    warmup = int(spec.get("warmup") or 0)
+    measures, runs, exact = runs_words(spec)
+    upto = "" if exact else "at most "
     lines = [f"Prompts {spec.get('prompt_len', '?')} · outputs {spec.get('output_len', '?')} tokens · "
              f"seed {spec.get('seed', 0)}"]
     ahead = f"{warmup} warm-up repeat{'s' if warmup != 1 else ''}, then " if warmup else ""
@@ -220,10 +222,9 @@ def workload_lines(spec: dict[str, Any] | None) -> list[str]:
         requests, per_client = int(spec.get("num_requests") or 0), int(spec.get("requests_per_client") or 0)
         load = (f"Poisson arrivals {spec['arrival'].removeprefix('poisson:')} req/s" if spec.get("arrival")
                 else f"{_listed(spec.get('concurrency'))} concurrent clients")
-        served = (f"{per_client} requests per client, the first of {requests} (at most {requests * repeats:,} "
-                  f"measured)"
-                  if per_client and spec.get("concurrency") else f"{requests} requests ({requests * repeats:,} measured)")
-        lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''} of {served} · {load}")
+        served = (f"{per_client} requests per client, the first of {requests} (at most {requests * runs:,} measured)"
+                  if per_client and spec.get("concurrency") else f"{requests} requests ({upto}{requests * runs:,} measured)")
+        lines.append(f"Each point: {ahead}{measures} of {served} · {load}")
         if measures_a_server(spec.get("mode")):
             lines.append(" · ".join(part for part in (
                 f"Server {spec.get('url')} · model {spec.get('model_name') or 'its first listed'}",
@@ -234,11 +235,26 @@ def workload_lines(spec: dict[str, Any] | None) -> list[str]:
                      f"{int(spec.get('max_num_batched_tokens') or 0):,} · engine {spec.get('engine')} · "
                      f"device {spec.get('device')}")
         return lines
-    lines.append(f"Each point: {ahead}{repeats} measured repeat{'s' if repeats != 1 else ''}, each one batch of "
-                 f"as many requests as the batch size ({repeats} × B measured)")
+    lines.append(f"Each point: {ahead}{measures}, each one batch of as many requests as the batch size "
+                 f"({upto}{runs} × B measured)")
     lines.append(f"Batch sizes {_listed(spec.get('batch_sizes'))} · after an OOM: {spec.get('on_oom', 'stop')} · "
                  f"engine {spec.get('engine')} · device {spec.get('device')}")
     return lines
+
+
+def runs_words(spec: dict[str, Any]) -> tuple[str, int, bool]:
+    """What each point measures, in words, the most runs it may take and whether it takes exactly those: its
+    repeats, or for a run measured until known (a target interval in its spec) its planned draws and replays,
+    then draws until the target."""
+    repeats = int(spec.get("repeats") or 1)
+    target = float(spec.get("target_interval") or 0)
+    if target <= 0:
+        return f"{repeats} measured repeat{'s' if repeats != 1 else ''}", repeats, True
+    replays = int(spec.get("replays") or 0)
+    again = f" and {replays} replay{'s' if replays != 1 else ''}" if replays else ""
+    most = most_runs(spec) or repeats
+    return (f"{repeats} draw{'s' if repeats != 1 else ''}{again}, then more draws until the throughput is known "
+            f"within ± {pct(target)} (at most {most} runs)", most, False)
 
 
 def _listed(value: object) -> str:
