@@ -128,6 +128,12 @@ def test_a_cpu_sweep_records_draws_replays_and_the_interval_of_every_point(logno
         assert summary["replay_spread"] == pytest.approx(
             abs(repeats[0]["output_tokens_per_s"] - repeats[1]["output_tokens_per_s"])
             / ((repeats[0]["output_tokens_per_s"] + repeats[1]["output_tokens_per_s"]) / 2))
+        # once its runs are done the point says so (the `store` stage) while it is summarised and written
+        samples = pq.read_table(lognormal_run / "points" / f"p{index:04d}.samples.parquet").to_pylist()
+        own = [s for s in samples if s["point_index"] == index]  # the file also closes the point before
+        store = [s["t_s"] for s in own if s["phase"] == "store"]
+        measured = [s["t_s"] for s in own if s["repeat"] >= 0]
+        assert store and min(store) >= max(measured)
 
 
 def test_its_report_json_gives_each_point_a_verdict_per_metric(lognormal_run: Path, tmp_path: Path) -> None:

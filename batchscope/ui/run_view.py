@@ -53,7 +53,7 @@ def is_live(progress: dict[str, Any]) -> bool:
     return progress.get("state") in LIVE_STATES or progress.get("settled") is False
 STAGE_WORDS = {"load": "loading the model", "calibrate": "measuring this device's ceilings",
                "setup": "setting up the batch shape",
-               "warmup": "warming up", "measure": "measuring"}
+               "warmup": "warming up", "measure": "measuring", "store": "summarising and storing the point"}
 
 
 def format_duration(seconds: float | None) -> str:

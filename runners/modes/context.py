@@ -124,6 +124,7 @@ class PointContext:
                 repeats.append(result)
                 windows.append(window)
                 made.append(run)
+            self.stage(index, point, "store")  # summarised, released and written: no longer measuring
             found = work.interval(_firsts(repeats, made))
             predicted = dict(zip(sorted({r.draw for r in made}), found.predicted))
             for result, run in zip(repeats, made):
