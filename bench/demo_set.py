@@ -48,13 +48,9 @@ MODELS = {"1b": "llama-3.2-1b", "8b": "llama-3.1-8b"}
 # demo set v3); the 512-client point's draws take about 40 s each on an H200, so a point draws no more after 120 s
 # (three draws at 512 clients, five at 256) and the sweep ends inside its bound whatever its draws' spread.
 # The 2026-12-05 H200 run read ± 4.2–4.5 % at 16, 64 and 256 clients but ± 6.3 % at 512 after three draws of
-# ≈ 40 s (docs/benchmarks.md): 150 s lets 512 take a fourth draw, and the sweep (≈ 390 s then) still fits.
+# ≈ 40 s, in a 390 s sweep (docs/benchmarks.md): 150 s lets 512 take a fourth draw, ≈ 430 s in all.
 CLIENTS_LOAD = ("--max-num-seqs", "512", "--requests-per-client", "2", "--num-requests", "1024", "--replays", "0",
                 "--point-budget-s", "150")
-# Poisson arrivals: a draw is a new set of requests, whose lengths set its throughput (its replay repeats it within
-# 0.1 %, docs/benchmarks.md). On the 2026-12-05 H200 the draws of 64 requests spread ≈ 5–6 % and of 128 requests ≈ 5 %
-# at 16 slots, so ± 5 % takes 8 draws there; no replay (the budget goes to draws), 128 requests a draw.
-OPEN_LOOP_DRAWS = ("--num-requests", "128", "--replays", "0", "--max-draws")
 SERVED_PORT = 8771
 SERVED_URL = f"http://127.0.0.1:{SERVED_PORT}/v1"
 
@@ -97,6 +93,14 @@ def continuous(part: str, sweep_options: tuple[str, ...], bound_s: int, label: s
                  alone=True)
 
 
+def open_loop_draws(most: int) -> tuple[str, ...]:
+    """Poisson arrivals: a draw is a new set of requests, whose lengths set its throughput (a replay repeats it
+    within 0.01 %, docs/benchmarks.md). On the 2026-12-05 H200 draws of 64 requests spread ≈ 5–6 % and of 128
+    requests ≈ 5 % at 16 slots, so ± 5 % takes up to 8 draws: 128 requests a draw, no replay (the budget goes
+    to draws), at most `most` draws."""
+    return ("--num-requests", "128", "--replays", "0", "--max-draws", str(most))
+
+
 def served(concurrency: str, bound_s: int) -> Sweep:
     """The clients sweep's load at a few of its concurrencies, sent to `runners serve` over HTTP: the served
     twin of the in-process run (same requests, slots and step budget). The runner restarts the server before
@@ -121,9 +125,9 @@ SET = [
           ("--engine", "hf-generate", "--warmup", "1", "--model", MODELS["1b"], "--dtype", "bfloat16",
            "--batch-sizes", "1,4,16,64", *CHAT, *COMMON), 530, alone=True),
     static("1b", "bfloat16", "chat", "pow2:1:1024", 220),
-    continuous("seqs", ("--max-num-seqs", "16,32,128", "--arrival", "poisson:8", *OPEN_LOOP_DRAWS, "8"), 480,
+    continuous("seqs", ("--max-num-seqs", "16,32,128", "--arrival", "poisson:8", *open_loop_draws(8)), 480,
                "max_num_seqs at 8 req/s"),
-    continuous("rate", ("--max-num-seqs", "64", "--arrival", "poisson:4,8,12,16", *OPEN_LOOP_DRAWS, "6"), 540,
+    continuous("rate", ("--max-num-seqs", "64", "--arrival", "poisson:4,8,12,16", *open_loop_draws(6)), 540,
                "arrival rate, 64 slots"),
     static("8b", "fp8", "chat", "pow2:1:1024", 330),
     static("8b", "int8", "chat", "pow2:1:1024", 330),
