@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,6 +135,12 @@ def test_a_cpu_sweep_records_draws_replays_and_the_interval_of_every_point(logno
         store = [s["t_s"] for s in own if s["phase"] == "store"]
         measured = [s["t_s"] for s in own if s["repeat"] >= 0]
         assert store and min(store) >= max(measured)
+        # and the log says where that time went, part by part (a GPU point spent 20-27 s there)
+        stored = re.search(rf"point {index} stored in ([0-9.]+) s: summarise ([0-9.]+), release ([0-9.]+), "
+                           rf"gc ([0-9.]+), write ([0-9.]+)\n", (lognormal_run / "log.txt").read_text())
+        assert stored is not None
+        total, *parts = map(float, stored.groups())
+        assert total == pytest.approx(sum(parts), abs=0.06)  # each part printed to 0.1 s
 
 
 def test_its_report_json_gives_each_point_a_verdict_per_metric(lognormal_run: Path, tmp_path: Path) -> None:

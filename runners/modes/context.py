@@ -67,6 +67,32 @@ class PointRun(Protocol[R]):
         ...
 
 
+class StoreClock:
+    """How long a point's store stage spends in each part (summarise, release, gc, empty_cache, write), for the
+    log: the H200 spent 20–27 s there after a continuous point, against < 1 s on a CPU."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None  # not started: the point is still measuring
+        self.parts: dict[str, float] = {}
+
+    def start(self) -> None:
+        """Start timing, if not yet started (a failed point starts at its release)."""
+        if self.last is None:
+            self.last = time.perf_counter()
+
+    def mark(self, part: str) -> None:
+        """The time since the previous mark (or the start) goes to `part`."""
+        now = time.perf_counter()
+        since = now if self.last is None else self.last
+        self.parts[part] = self.parts.get(part, 0.0) + now - since
+        self.last = now
+
+    def words(self) -> str:
+        """'stored in 1.2 s: summarise 0.1, release 0.9, …'."""
+        parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.parts.items())
+        return f"stored in {sum(self.parts.values()):.1f} s: {parts}"
+
+
 @dataclass
 class Stages:
     """Where the sweep is, told to the status file, the sampler (which tags its samples by it) and the
@@ -125,6 +151,7 @@ class PointContext:
                 windows.append(window)
                 made.append(run)
             self.stage(index, point, "store")  # summarised, released and written: no longer measuring
+            clock.start()
             found = work.interval(_firsts(repeats, made))
             predicted = dict(zip(sorted({r.draw for r in made}), found.predicted))
             for result, run in zip(repeats, made):
@@ -136,11 +163,16 @@ class PointContext:
                            requests=sum(len(rep.requests) for rep in repeats))
             if self.engine is not None:
                 summary.update(**self.memory(*work.kv_bytes(repeats), rss_before))
+            clock.mark("summarise")
             return summary
 
-        summary = self.measure(index, point.batch_size, measure, work.release)
+        clock = StoreClock()
+        summary = self.measure(index, point.batch_size, measure, work.release, clock)
         summary.update(setup_ms=setup_s * 1000.0, added_for=point.added_for, **work.columns)
-        return self.write(index, point, summary, repeats, windows, work.done)
+        written = self.write(index, point, summary, repeats, windows, work.done)
+        clock.mark("write")
+        self.folder.log(f"point {index} {clock.words()}")
+        return written
 
     def memory_baseline(self) -> int:
         """Start a point's memory accounting: reset the allocator's peaks; returns the RSS before it."""
@@ -162,9 +194,9 @@ class PointContext:
                             kv_used=kv_used, peak_allocated=weights + growth, reserved=None, device_used=None)
 
     def measure(self, index: int, batch_size: int, measure: Callable[[], Summary],
-                release: Callable[[], None]) -> Summary:
+                release: Callable[[], None], clock: StoreClock) -> Summary:
         """`measure()`'s summary; an OOM or error becomes the point's status instead, a cancel goes on up,
-        and the engine's buffers are released whatever happened."""
+        and the engine's buffers are released whatever happened (each part timed on `clock`)."""
         try:
             return measure()
         except OOM_ERRORS as err:
@@ -176,10 +208,14 @@ class PointContext:
             status = "oom" if any(words in str(err).lower() for words in OOM_WORDS) else "error"
             return failed(index, batch_size, status, err, self.spec.warmup)
         finally:
+            clock.start()
             release()
+            clock.mark("release")
             gc.collect()
+            clock.mark("gc")
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
+                clock.mark("empty_cache")
 
     def write(self, index: int, point: Point, summary: Summary, repeats: Sequence[Repeat], windows: list[Window],
               done: Callable[[Summary], str]) -> Summary:
