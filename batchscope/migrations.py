@@ -164,10 +164,17 @@ _V13_LOADED = [  # a continuous or endpoint repeat's load window (runners/metric
     "ALTER TABLE repeats ADD COLUMN loaded_output_tokens BIGINT",
 ]
 
+_V14_LATENCY_BASIS = [  # which requests a point's latency percentiles count (runners/metrics/loaded.py counts)
+    "ALTER TABLE requests ADD COLUMN arrival_ms DOUBLE",
+    "ALTER TABLE requests ADD COLUMN latency_counted BOOLEAN",
+    "ALTER TABLE points ADD COLUMN latency_requests BIGINT",
+]
+
 # MIGRATIONS[n - 1] takes the schema from version n - 1 to version n.
 MIGRATIONS: list[list[str]] = [_V1_INITIAL, _V2_DEMO_FLAG, _V3_SETTINGS, _V4_CONTINUOUS, _V5_PARALLEL,
                                _V6_OUTLIER_STEPS, _V7_TRUST, _V8_PAGED_KV, _V9_TEAM, _V10_MEASURED,
-                               _V11_QUANT_ERROR, _V12_TTFT_PARTS, _V13_LOADED]
+                               _V11_QUANT_ERROR, _V12_TTFT_PARTS, _V13_LOADED,
+                               _V14_LATENCY_BASIS]
 CURRENT_VERSION = len(MIGRATIONS)
 
 

@@ -160,15 +160,21 @@ class StoreReads:
 
     def point_evidence(self, run_id: str) -> pd.DataFrame:
         """Per stored point, what the trust checks read beyond its summary: each repeat's output tokens/s
-        in repeat order, the requests (tokens requested and delivered) and the measured steps."""
+        in repeat order, the requests (tokens requested and delivered), those its latency percentiles count
+        and their inter-token gaps (every request of a run made before runners' loaded.counts), and the
+        measured steps."""
         return self._frame(
             """WITH q AS (SELECT point_index, count(*) AS requests, sum(output_len) AS requested_tokens,
-                                 sum(generated_len) AS generated_tokens
+                                 sum(generated_len) AS generated_tokens,
+                                 count(*) FILTER (latency_counted IS NOT FALSE) AS latency_requests,
+                                 sum(coalesce(generated_len, output_len) - 1) FILTER (latency_counted IS NOT FALSE)
+                                     AS latency_gaps
                           FROM requests WHERE run_id = ? GROUP BY point_index),
                     s AS (SELECT point_index, count(*) AS steps FROM steps WHERE run_id = ? GROUP BY point_index),
                     r AS (SELECT point_index, list(output_tokens_per_s ORDER BY repeat) AS repeat_tokens_per_s
                           FROM repeats WHERE run_id = ? GROUP BY point_index)
-               SELECT p.point_index, q.requests, q.requested_tokens, q.generated_tokens, s.steps,
+               SELECT p.point_index, q.requests, q.requested_tokens, q.generated_tokens, q.latency_requests,
+                      q.latency_gaps, s.steps,
                       r.repeat_tokens_per_s
                FROM points p LEFT JOIN q USING (point_index) LEFT JOIN s USING (point_index)
                     LEFT JOIN r USING (point_index)

@@ -347,3 +347,17 @@ def test_requests_per_client_serves_the_first_of_the_same_workload_at_each_concu
     rate = repeats["loaded_output_tokens"] / loaded_ms * 1e3
     assert list(repeats["output_tokens_per_s"]) == pytest.approx(list(rate))
     assert json.loads((out / "spec.json").read_text())["requests_per_client"] == 2
+    # its latencies are over the requests that arrived inside that window: the first round, all three clients'
+    # first requests sent at the start, is left out; the two sent as clients' first requests ended count
+    requests = pq.read_table(out / "points" / "p0001.requests.parquet").to_pandas()
+    assert not requests.loc[requests["arrival_ms"] == 0.0, "latency_counted"].any()
+    assert (requests["arrival_ms"] == 0.0).sum() == 3 * 2
+    counted = requests[requests["latency_counted"]]
+    summary = pq.read_table(out / "points" / "p0001.summary.parquet").to_pylist()[0]
+    assert summary["latency_requests"] == len(counted) == 2 * 2 and summary["requests"] == 5 * 2
+    assert summary["ttft_ms_p50"] == pytest.approx(counted["ttft_ms"].median())
+    assert json.loads((out / "env.json").read_text())["latency_basis"] == "arrivals in the load window"
+    with Store(tmp_path / "history.duckdb") as store:  # the trust checks count the same requests
+        ingest_run(store, out)
+        evidence = store.point_evidence(out.name).set_index("point_index")
+    assert (evidence.loc[1, "latency_requests"], evidence.loc[1, "requests"]) == (4, 10)

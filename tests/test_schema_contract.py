@@ -38,7 +38,8 @@ DB_ONLY: dict[tuple[str, str], str] = {
 }
 
 # Arrow type → the DuckDB type its migration must declare (the only types runners/results/schemas.py uses)
-DB_TYPE = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR"}
+DB_TYPE = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
+           pa.bool_(): "BOOLEAN"}
 
 
 def migrated_columns() -> dict[str, dict[str, str]]:
@@ -112,6 +113,8 @@ def _value(column: pa.Field, position: int) -> object:
         return f"{column.name}-{position}"
     if column.type == pa.float64():
         return position + 0.25
+    if column.type == pa.bool_():
+        return True  # the file's only flag, and not the default a missing value would read as
     return position + 1000
 
 

@@ -48,7 +48,7 @@ def test_new_file_gets_current_schema(tmp_path: Path) -> None:
     path = tmp_path / "fresh.duckdb"
     Store(path).close()
     con = duckdb.connect(str(path))
-    assert schema_version(con) == CURRENT_VERSION == 13
+    assert schema_version(con) == CURRENT_VERSION == 14
     tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     assert {"runs", "points", "repeats", "requests", "steps", "samples", "calibrations",
             "quant_errors", "schema_version"} <= tables

@@ -101,3 +101,10 @@ def test_a_repeats_load_window_is_shaded_on_every_panel_where_it_was_recorded() 
     assert all(spec["datasets"][band["data"]["name"]] == [{"from_s": 0.01, "to_s": 0.025}] for band in bands)
     assert not any(layer["mark"]["type"] == "rect" for panel in timeline.timeline_chart(continuous_steps(), 80, 4)
                    .to_dict()["vconcat"] for layer in panel["layer"])
+
+
+def test_the_window_caption_says_which_requests_the_latencies_count_by_the_runs_latency_basis() -> None:
+    counted = run_view.latency_words({"latency_basis": "arrivals in the load window"})
+    assert "arrived inside it" in counted and "first round" in counted and "left out" in counted
+    for older in ({"throughput_basis": "load window"}, None):  # made before runners' loaded.counts
+        assert run_view.latency_words(older).startswith("Its latencies count every request")

@@ -107,6 +107,7 @@ def points_with_repeats() -> tuple[pd.DataFrame, pd.DataFrame]:
     repeats[5] = [1800, 2200, 2600]  # batch 32: 36 % spread → untrusted
     evidence = pd.DataFrame({"point_index": range(len(POW2)), "requests": [b * 300 for b in POW2],
                              "requested_tokens": [b * 3000 for b in POW2], "generated_tokens": [b * 3000 for b in POW2],
+                             "latency_requests": [b * 300 for b in POW2], "latency_gaps": [b * 2700 for b in POW2],
                              "steps": 1000, "repeat_tokens_per_s": repeats})
     return points, evidence
 
@@ -129,7 +130,8 @@ def test_assess_leaves_failed_points_unjudged_and_reads_itl_gaps() -> None:
     points = make_points([1, 2], [100, None], status=["ok", "oom"])
     points["point_index"] = [0, 1]
     evidence = pd.DataFrame({"point_index": [0], "requests": [10], "requested_tokens": [50],
-                             "generated_tokens": [50], "steps": [5], "repeat_tokens_per_s": [[100, 100]]})
+                             "generated_tokens": [50], "latency_requests": [10], "latency_gaps": [40], "steps": [5],
+                             "repeat_tokens_per_s": [[100, 100]]})
     points["itl_ms_p99"] = [5.0, None]
     judged = assess(points, evidence, ["throughput", "itl_p99"])
     assert pd.isna(judged["trust"].tolist()[1])
@@ -146,7 +148,8 @@ def steady_batch_one() -> tuple[pd.DataFrame, pd.DataFrame]:
                          tokens_per_s_interval=[0.008, 0.02], interval_method="model", target_interval=0.05)
     points["point_index"] = [0, 1]
     evidence = pd.DataFrame({"point_index": [0, 1], "requests": [3, 400], "requested_tokens": [300, 40_000],
-                             "generated_tokens": [300, 40_000], "steps": [300, 400],
+                             "generated_tokens": [300, 40_000], "latency_requests": [3, 400],
+                             "latency_gaps": [297, 39_600], "steps": [300, 400],
                              "repeat_tokens_per_s": [[100.0, 100.6, 99.8, 100.3], [690.0, 700.0, 705.0, 702.0]]})
     return points, evidence
 

@@ -35,7 +35,9 @@ def config(run: dict[str, Any]) -> dict[str, Any]:
     found = {key: _hashable(spec.get(key)) for key in keys}
     found.update({label: run.get(column) for label, column in RUN_FIELDS.items()})
     if is_load_driven(spec.get("mode")):  # rated over the load window, or (made before it) over the wall
-        found["throughput basis"] = (run.get("env") or {}).get("throughput_basis") or "wall"
+        env = run.get("env") or {}
+        found["throughput basis"] = env.get("throughput_basis") or "wall"
+        found["latency basis"] = env.get("latency_basis") or "every request"  # made before runners' loaded.counts
     return found
 
 

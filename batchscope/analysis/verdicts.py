@@ -196,12 +196,9 @@ def _repeat_tput(point: pd.Series, evidence: pd.Series | None) -> list[float]:
 
 
 def _samples(evidence: pd.Series | None, metric: str) -> int | None:
-    """What a percentile of `metric` is taken over: requests, or for ITL their inter-token gaps."""
-    if evidence is None or not known(evidence.get("requests")):
+    """What a percentile of `metric` is taken over: the requests whose latency counts, or for ITL their
+    inter-token gaps (store_reads.point_evidence)."""
+    column = "latency_gaps" if metric == "itl" else "latency_requests"
+    if evidence is None or not known(evidence.get(column)):
         return None
-    requests = int(evidence["requests"])
-    if metric != "itl":
-        return requests
-    tokens = evidence.get("generated_tokens") if known(evidence.get("generated_tokens")) else \
-        evidence.get("requested_tokens")
-    return int(tokens) - requests if known(tokens) else None
+    return int(evidence[column])

@@ -196,6 +196,16 @@ def timeline_limits(table: pd.DataFrame, point_index: int) -> tuple[float | None
     return known("kv_capacity_tokens"), known("max_num_seqs"), known("kv_block_size")
 
 
+def latency_words(env: dict[str, Any] | None) -> str:
+    """What a continuous or endpoint run's latency percentiles count, by its env.json's `latency_basis`
+    (runners/metrics/loaded.py): a run made before it counted every request."""
+    if (env or {}).get("latency_basis"):
+        return ("Its latencies count the requests that arrived inside it, the drain's included; a closed loop's "
+                "first round, sent all at once at the start, is left out.")
+    return ("Its latencies count every request, a closed loop's first round (sent all at once at the start) "
+            "included: the run was made before latencies were counted over the window.")
+
+
 def load_window(repeats: pd.DataFrame, point_index: int, repeat: int) -> tuple[float, float] | None:
     """One repeat's load window in ms (runners.metrics.loaded), None where it had none (a static batch, a
     load sent at once, a run from before the window was recorded)."""

@@ -27,13 +27,16 @@ def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: Ru
     base = {"point_index": point_index, "repeat": repeat, "batch_size": batch_size}
     requests, itl = [], []
     met = 0
+    load = loaded([r.arrival_s * 1e3 for r in result.requests],
+                  [[t * 1e3 for t in r.token_s] for r in result.requests])
     for r in result.requests:
         ms = [t * 1e3 for t in r.token_s]
         gaps = [b - a for a, b in zip(ms, ms[1:])]
-        itl.extend(gaps)
         arrival = r.arrival_s * 1e3
         row = request_row(base, r.index, r.prompt_len, r.output_len, r.admit_s * 1e3 - arrival, ms[0] - arrival,
-                          ms[-1] - arrival, gaps)
+                          ms[-1] - arrival, gaps, arrival, load)
+        if row["latency_counted"]:
+            itl.extend(gaps)
         value = row["itl_ms_mean"] if slo_metric == "itl" else row[f"{slo_metric}_ms"]
         met += value is None or value <= slo_ms  # a one-token request has no gap to miss
         requests.append(row)
@@ -45,8 +48,6 @@ def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: Ru
         "decode_tokens": s.decode_tokens, "kv_blocks": s.kv_blocks, "preemptions": s.preemptions,
     } for k, s in enumerate(result.steps)]
     wall_ms = result.steps[-1].end_s * 1e3
-    load = loaded([r.arrival_s * 1e3 for r in result.requests],
-                  [[t * 1e3 for t in r.token_s] for r in result.requests])
     row = repeat_row(base, wall_ms, sum(s["duration_ms"] for s in steps if s["prefill_tokens"]),
                      sum(s["duration_ms"] for s in steps if not s["prefill_tokens"]),
                      sum(r.output_len for r in result.requests), sum(r.prompt_len for r in result.requests),
@@ -57,11 +58,11 @@ def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: Ru
 
 def summarise(point_index: int, batch_size: int, repeats: Sequence[ContinuousRepeat], warmup: int,
               pool_blocks: int, block_size: int, slo_metric: str, slo_ms: float) -> summary.Summary:
-    """The base summary; prefill_ms is the median time of steps that carried prefill, active rows and KV
+    """The base summary (latencies over the requests that count, loaded.counts); prefill_ms is the median time of steps that carried prefill, active rows and KV
     occupancy (tokens held over the pool's tokens) are over all steps, and the host's clock times every
     step (after a device sync)."""
     out = summary.base(point_index, batch_size, repeats, warmup, "perf_counter")
-    requests = [r for rep in repeats for r in rep.requests]
+    counted = summary.counted(repeats)
     steps = [s for rep in repeats for s in rep.steps]
     rows_run = sum(s["batch_rows"] for s in steps)
     kv_capacity = pool_blocks * block_size
@@ -77,5 +78,5 @@ def summarise(point_index: int, batch_size: int, repeats: Sequence[ContinuousRep
         admission_waits=sum(rep.admission_waits for rep in repeats),
         preemptions=sum(rep.preemptions for rep in repeats), kv_block_size=block_size,
         kv_blocks_total=pool_blocks, kv_blocks_peak=max(s["kv_blocks"] for s in steps),
-        **{f"queue_ms_p{p}": percentile([r["queue_ms"] for r in requests], p) for p in PERCENTILES})
+        **{f"queue_ms_p{p}": percentile([r["queue_ms"] for r in counted], p) for p in PERCENTILES})
     return out

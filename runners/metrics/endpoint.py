@@ -41,23 +41,22 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
     under it, and throughput counts the tokens generated while requests arrived (runners.metrics.loaded).
     Raises RuntimeError when no request finished."""
     base = {"point_index": point_index, "repeat": repeat, "batch_size": batch_size}
-    rows, itl, made = [], [], []
+    rows, itl = [], []
     clock = served.clock
     met = 0
     failed: Counter = Counter(o.error for o in served.outcomes if o.error is not None)
     first = next((f"{o.error}: {o.detail}" if o.detail else o.error for o in served.outcomes if o.error), None)
-    for o in served.outcomes:
-        if o.error is not None:
-            continue
-        tokens = o.completion_tokens or len(o.chunk_s)
-        ms = [t * 1e3 for t in token_times(o.chunk_s, tokens)]
+    finished = [o for o in served.outcomes if o.error is None]
+    made = [[t * 1e3 for t in token_times(o.chunk_s, o.completion_tokens or len(o.chunk_s))] for o in finished]
+    load = loaded([o.arrival_s * 1e3 for o in served.outcomes], made)
+    for o, ms in zip(finished, made):
         gaps = [b - a for a, b in zip(ms, ms[1:])]
-        itl.extend(gaps)
-        made.append(ms)
         arrival = o.arrival_s * 1e3
         prompt = o.prompt_tokens if o.prompt_tokens is not None else prompt_lens[o.index]
         row = request_row(base, o.index, prompt, output_lens[o.index], None, ms[0] - arrival, ms[-1] - arrival,
-                          gaps)
+                          gaps, arrival, load)
+        if row["latency_counted"]:
+            itl.extend(gaps)
         row.update(ttft_parts(o))
         value = row["itl_ms_mean"] if slo_metric == "itl" else row[f"{slo_metric}_ms"]
         met += value is None or value <= slo_ms
@@ -66,8 +65,7 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
         raise RuntimeError(f"all {len(served.outcomes)} requests failed: {failure_text(failed, len(served.outcomes), first)}")
     wall_ms = served.end_s * 1e3
     row = repeat_row(base, wall_ms, None, None, sum(r["generated_len"] for r in rows),
-                     sum(r["prompt_len"] for r in rows), len(rows),
-                     loaded([o.arrival_s * 1e3 for o in served.outcomes], made))
+                     sum(r["prompt_len"] for r in rows), len(rows), load)
     in_flight = sum(o.end_s - o.sent_s for o in served.outcomes) / served.end_s
     return EndpointRepeat(rows, [], row, itl, met / (wall_ms / 1e3), in_flight, len(served.outcomes), failed, first,
                           None if clock is None else clock.error_s * 1e3)

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from runners.metrics.loaded import Loaded
+from runners.metrics.loaded import Loaded, counts
 from runners.metrics.stats import percentile
 
 Row = dict[str, Any]
@@ -17,17 +17,18 @@ class Repeat:
     requests: list[Row]  # runners.results.schemas DETAIL["requests"] rows
     steps: list[Row]  # DETAIL["steps"] rows
     row: Row  # the DETAIL["repeats"] row
-    itl: list[float]  # every gap between two tokens of one request, in ms
+    itl: list[float]  # every gap between two tokens of a request whose latency counts (loaded.counts), in ms
 
 
 def request_row(base: Row, index: int, prompt_len: int, output_len: int, queue_ms: float | None, ttft_ms: float,
-                e2e_ms: float, gaps: list[float]) -> Row:
+                e2e_ms: float, gaps: list[float], arrival_ms: float = 0.0, load: Loaded | None = None) -> Row:
     """A request's row; `gaps` are its inter-token times (none for a one-token request), so the tokens
-    the engine delivered to it (`generated_len`, against the requested `output_len`) are one more."""
+    the engine delivered to it (`generated_len`, against the requested `output_len`) are one more. It arrived
+    `arrival_ms` after its repeat's start; `load` is that repeat's load window (None: a batch sent at once)."""
     return {**base, "request_index": index, "prompt_len": prompt_len, "output_len": output_len,
             "queue_ms": queue_ms, "ttft_ms": ttft_ms, "e2e_ms": e2e_ms,
             "itl_ms_mean": statistics.fmean(gaps) if gaps else None, "itl_ms_p95": percentile(gaps, 95),
-            "generated_len": len(gaps) + 1}
+            "generated_len": len(gaps) + 1, "arrival_ms": arrival_ms, "latency_counted": counts(arrival_ms, load)}
 
 
 def repeat_row(base: Row, wall_ms: float, prefill_ms: float | None, decode_ms: float | None, output_tokens: int,

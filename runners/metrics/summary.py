@@ -51,8 +51,9 @@ def failed(point_index: int, batch_size: int, status: str, err: BaseException, w
 
 def base(point_index: int, batch_size: int, repeats: Sequence[Repeat], warmup: int, timing: str) -> Summary:
     """The columns every mode computes alike: request lengths, decode-step time, rates over repeats,
-    TTFT/ITL/E2E percentiles over every request, and outlier steps."""
+    TTFT/ITL/E2E percentiles over the requests whose latency counts (`counted`), and outlier steps."""
     requests = [r for rep in repeats for r in rep.requests]
+    latency = counted(repeats)
     steps = [s for rep in repeats for s in rep.steps]
     step_ms = [s["duration_ms"] for s in steps if s["phase"] == "decode"]
     summary = Summary(
@@ -60,13 +61,20 @@ def base(point_index: int, batch_size: int, repeats: Sequence[Repeat], warmup: i
         warmup=warmup, prompt_len_mean=statistics.fmean(r["prompt_len"] for r in requests),
         output_len_mean=statistics.fmean(r["output_len"] for r in requests),
         decode_step_ms=percentile(step_ms, 50), decode_step_ms_p95=percentile(step_ms, 95),
-        timing=timing, outlier_steps=outlier_steps(steps), **_rates([rep.row for rep in repeats]))
+        timing=timing, outlier_steps=outlier_steps(steps), latency_requests=len(latency),
+        **_rates([rep.row for rep in repeats]))
     itl = [x for rep in repeats for x in rep.itl]
     for p in PERCENTILES:
-        summary.update(**{f"ttft_ms_p{p}": percentile([r["ttft_ms"] for r in requests], p),
-                          f"e2e_ms_p{p}": percentile([r["e2e_ms"] for r in requests], p),
+        summary.update(**{f"ttft_ms_p{p}": percentile([r["ttft_ms"] for r in latency], p),
+                          f"e2e_ms_p{p}": percentile([r["e2e_ms"] for r in latency], p),
                           f"itl_ms_p{p}": percentile(itl, p)})
     return summary
+
+
+def counted(repeats: Sequence[Repeat]) -> list[Row]:
+    """The requests a point's latency percentiles are over: those that arrived inside their repeat's load
+    window (runners.metrics.loaded.counts; every request of a batch sent at once)."""
+    return [r for rep in repeats for r in rep.requests if r["latency_counted"]]
 
 
 def _rates(rows: list[Row]) -> dict[str, float]:

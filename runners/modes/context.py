@@ -88,9 +88,9 @@ class StoreClock:
         self.last = now
 
     def words(self) -> str:
-        """'stored in 1.2 s: summarise 0.1, release 0.9, …'."""
-        parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.parts.items())
-        return f"stored in {sum(self.parts.values()):.1f} s: {parts}"
+        """'stored in 1.23 s: summarise 0.10, release 0.91, …'."""
+        parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds in self.parts.items())
+        return f"stored in {sum(self.parts.values()):.2f} s: {parts}"
 
 
 @dataclass

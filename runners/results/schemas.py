@@ -29,7 +29,7 @@ TRUST_SUMMARY = [("sm_clock_mhz_min", F), ("sm_clock_mhz_max", F), ("clock_reaso
                  ("added_for", S)]
 
 # how a point was measured until known (docs/trust.md): draws, replays, the interval and how it was found
-MEASURE_SUMMARY = [("draws", I), ("replays", I), ("requests", I64), ("tokens_per_s_interval", F),
+MEASURE_SUMMARY = [("draws", I), ("replays", I), ("requests", I64), ("latency_requests", I64), ("tokens_per_s_interval", F),
                    ("interval_method", S), ("target_interval", F), ("budget_spent", S), ("replay_spread", F),
                    ("prediction_error_max", F)]
 
@@ -73,7 +73,8 @@ DETAIL = {
     "requests": pa.schema([("point_index", I), ("repeat", I), ("request_index", I), ("batch_size", I),
                            ("prompt_len", I), ("output_len", I), ("queue_ms", F), ("ttft_ms", F),
                            ("e2e_ms", F), ("itl_ms_mean", F), ("itl_ms_p95", F), ("replica", I),
-                           ("generated_len", I)] + [(part, F) for part in TTFT_PARTS]),
+                           ("generated_len", I)] + [(part, F) for part in TTFT_PARTS]
+                          + [("arrival_ms", F), ("latency_counted", pa.bool_())]),
     "steps": pa.schema([("point_index", I), ("repeat", I), ("step_index", I), ("phase", S),
                         ("start_ms", F), ("duration_ms", F), ("active_seqs", I), ("active_tokens", I64),
                         ("batch_rows", I), ("prefill_tokens", I64), ("decode_tokens", I64), ("replica", I),
