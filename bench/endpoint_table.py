@@ -39,13 +39,14 @@ def summaries(out: Path, side: str, workload: str | None = None) -> dict[int, di
 
 
 def ttfts_by_repeat(row: dict | None) -> dict[int, list[float]]:
-    """One point's request TTFTs (ms) by repeat, from its requests' rows; failed requests (no TTFT) left out,
-    nothing for a side that has no such point."""
+    """One point's request TTFTs (ms) by repeat, from its requests' rows: those its percentiles count (every one
+    in a folder made before `latency_counted`); failed requests (no TTFT) left out, nothing for a side that has no
+    such point."""
     by_repeat: dict[int, list[float]] = {}
     path = None if row is None else row["folder"] / "points" / contract.point_file(row["point_index"], "requests")
     if path is not None and path.is_file():
-        for request in pq.read_table(path, columns=["repeat", "ttft_ms"]).to_pylist():
-            if request["ttft_ms"] is not None:
+        for request in pq.read_table(path).to_pylist():
+            if request["ttft_ms"] is not None and request.get("latency_counted") is not False:
                 by_repeat.setdefault(request["repeat"], []).append(request["ttft_ms"])
     return dict(sorted(by_repeat.items()))
 

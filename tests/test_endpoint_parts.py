@@ -117,6 +117,24 @@ def test_an_endpoint_repeat_rates_output_over_its_load_window_failed_arrivals_in
     assert (rep.row["loaded_start_ms"], rep.row["loaded_end_ms"]) == pytest.approx((10.0, 25.0))
     assert rep.row["loaded_output_tokens"] == 1 and rep.row["output_tokens_per_s"] == pytest.approx(1 / 0.015)
     assert rep.row["requests_per_s"] == pytest.approx(2 / 0.051)  # the wall: the last byte at 51 ms
+    # its latencies count request 2 alone: request 0 arrived before the first token
+    assert [r["latency_counted"] for r in rep.requests] == [False, True]
+    assert [r["arrival_ms"] for r in rep.requests] == pytest.approx([0.0, 25.0])
+    assert rep.itl == pytest.approx([10.0])
+    assert summarise(0, 3, [rep], 0, "ttft", 1000.0)["latency_requests"] == 1
+
+
+def test_when_only_a_failed_request_arrived_inside_the_window_every_finished_one_counts() -> None:
+    served = Served([
+        outcome(0, 0.000, 0.000, [0.010, 0.020, 0.030]),
+        outcome(1, 0.000, 0.000, [0.012, 0.022]),
+        outcome(2, 0.025, 0.025, [], error="HTTP 503"),  # the window's end: (10, 25] ms
+    ], start=0.0)
+    rep = endpoint_repeat(0, 0, 3, served, [4, 4, 4], [3, 2, 2], "ttft", 1000.0)
+    assert rep.row["loaded_output_tokens"] == 3  # at 12, 20 and 22 ms
+    assert [r["latency_counted"] for r in rep.requests] == [True, True]  # not a point without latencies
+    out = summarise(0, 3, [rep], 0, "ttft", 1000.0)
+    assert out["latency_requests"] == 2 and out["ttft_ms_p50"] == pytest.approx(11.0)
 
 
 def test_a_requests_ttft_splits_at_each_timestamp_into_parts_that_add_up_to_it() -> None:

@@ -239,6 +239,25 @@ def test_regression_against_the_latest_earlier_run_of_the_same_configuration() -
     assert compare(runs[1], before, runs[0], before).differences == ["dtype (bfloat16 vs fp8)"]
 
 
+def test_a_serving_run_whose_latencies_count_arrivals_in_the_window_is_never_compared_with_an_older_one() -> None:
+    window = {"throughput_basis": "load window"}
+    older = {**run_record("a", "2026-01-01", mode="continuous"), "env": window}  # made before loaded.counts
+    newer = {**run_record("b", "2026-01-02", mode="continuous"),
+             "env": {**window, "latency_basis": "arrivals in the load window"}}
+    again = {**run_record("c", "2026-01-03", mode="continuous"), "env": newer["env"]}
+    assert earlier_matches([older, newer, again]) == {"c": "b"}
+    assert config(older)["latency basis"] == "every request"
+    assert "latency basis" not in config(run_record("s", "2026-01-04"))  # a static batch counts every request
+
+
+def test_a_percentile_rests_on_the_requests_it_counts_not_on_every_request() -> None:
+    points, evidence = steady_batch_one()
+    # batch 8 served 400 requests but its percentiles count the 150 that arrived while loaded
+    judged = assess(points, evidence.assign(latency_requests=[3, 150], latency_gaps=[297, 14_850]), ["ttft_p95"])
+    assert judged["trust_ttft_p95"].tolist() == ["untrusted", "caution"]
+    assert "P95 rests on 150 requests, 7.5 of them beyond it" in judged["trust_sentence"][1]
+
+
 def test_a_serving_run_rated_over_its_load_window_is_never_compared_with_one_rated_over_the_wall() -> None:
     older = run_record("a", "2026-01-01", mode="continuous")  # made before the window: its env names no basis
     newer = {**run_record("b", "2026-01-02", mode="continuous"), "env": {"throughput_basis": "load window"}}

@@ -41,8 +41,9 @@ RULES = {
                      f"over {pct(SPREAD_CAUTION)} caution; one repeat is caution (no spread to read).",
     "confidence interval": f"95 % interval of the mean throughput over the repeats (Student's t): a half-width over "
                            f"{pct(CI_CAUTION)} of the mean is caution.",
-    "percentile sample": f"requests × (1 − p) must lie beyond the latency percentile p read (the SLO's, else P95; "
-                         f"ITL counts inter-token gaps): under 1 untrusted, under {TAIL_CAUTION} caution.",
+    "percentile sample": f"the requests the percentile counts × (1 − p) must lie beyond the latency percentile p "
+                         f"read (the SLO's, else P95; ITL counts their inter-token gaps): under 1 untrusted, "
+                         f"under {TAIL_CAUTION} caution.",
     "outlier steps": f"measured steps over 5× the median of like steps: any is caution, over "
                      f"{pct(OUTLIER_UNTRUSTED)} of the point's steps untrusted.",
     "warm-up drift": f"(last − first repeat) ÷ median throughput: beyond ± {pct(DRIFT_UNTRUSTED)} untrusted, beyond "

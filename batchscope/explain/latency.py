@@ -50,8 +50,12 @@ def latency_sentences(table: pd.DataFrame, percentile: int = 95, run: dict[str, 
 
 
 def requests_at(point: pd.Series, run: dict[str, Any]) -> int | None:
-    """How many requests a point's latency percentiles rest on: batch × repeats for a static point, the
-    requests its spec served per repeat × repeats for a continuous one; None when the repeats were not recorded."""
+    """How many requests a point's latency percentiles rest on: the point's `latency_requests` where recorded,
+    else (a run made before it) batch × repeats for a static point and the requests its spec served per repeat ×
+    repeats for a continuous one; None when the repeats were not recorded."""
+    counted = value(point, "latency_requests")
+    if counted is not None:
+        return int(counted)
     repeats = value(point, "repeats")
     if repeats is None or repeats < 1:
         return None

@@ -165,8 +165,8 @@ def show_timeline(store: Store, data: run_view.RunData) -> None:
                    "static batch keeps its width while its rows finish, so the gap between the two slot lines "
                    "is padding the GPU still computes."
                    + (" The grey band is the load window, from the first token to the last request's arrival: "
-                      f"its tokens over its length are this repeat's throughput. {run_view.latency_words(data.run.get('env'))}"
-                      if window else ""))
+                      "its tokens over its length are this repeat's throughput. "
+                      + run_view.latency_words(data.run.get("env")) if window else ""))
 
 
 def show_fingerprint(data: run_view.RunData) -> None:

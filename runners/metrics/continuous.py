@@ -34,7 +34,7 @@ def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: Ru
         gaps = [b - a for a, b in zip(ms, ms[1:])]
         arrival = r.arrival_s * 1e3
         row = request_row(base, r.index, r.prompt_len, r.output_len, r.admit_s * 1e3 - arrival, ms[0] - arrival,
-                          ms[-1] - arrival, gaps, arrival, load)
+                          ms[-1] - arrival, gaps, arrival_ms=arrival, load=load)
         if row["latency_counted"]:
             itl.extend(gaps)
         value = row["itl_ms_mean"] if slo_metric == "itl" else row[f"{slo_metric}_ms"]
@@ -58,9 +58,9 @@ def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: Ru
 
 def summarise(point_index: int, batch_size: int, repeats: Sequence[ContinuousRepeat], warmup: int,
               pool_blocks: int, block_size: int, slo_metric: str, slo_ms: float) -> summary.Summary:
-    """The base summary (latencies over the requests that count, loaded.counts); prefill_ms is the median time of steps that carried prefill, active rows and KV
-    occupancy (tokens held over the pool's tokens) are over all steps, and the host's clock times every
-    step (after a device sync)."""
+    """The base summary (latencies over the requests that count, loaded.counts); prefill_ms is the median
+    time of steps that carried prefill, active rows and KV occupancy (tokens held over the pool's tokens) are
+    over all steps, and the host's clock times every step (after a device sync)."""
     out = summary.base(point_index, batch_size, repeats, warmup, "perf_counter")
     counted = summary.counted(repeats)
     steps = [s for rep in repeats for s in rep.steps]

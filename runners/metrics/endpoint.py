@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from runners.engines.endpoint import SERVER_STAMPS, Outcome, Served
 from runners.engines.sse import token_times
 from runners.metrics import summary
-from runners.metrics.loaded import loaded
+from runners.metrics.loaded import counts, loaded
 from runners.metrics.repeat import Repeat, repeat_row, request_row
 from runners.metrics.stats import percentile
 from runners.results.schemas import TTFT_PARTS
@@ -49,12 +49,15 @@ def endpoint_repeat(point_index: int, repeat: int, batch_size: int, served: Serv
     finished = [o for o in served.outcomes if o.error is None]
     made = [[t * 1e3 for t in token_times(o.chunk_s, o.completion_tokens or len(o.chunk_s))] for o in finished]
     load = loaded([o.arrival_s * 1e3 for o in served.outcomes], made)
+    # the window's end may be a failed request's arrival: if no finished request arrived inside it, every
+    # finished one counts, as in a load with no window, rather than leave the point without latencies
+    latency_load = load if any(counts(o.arrival_s * 1e3, load) for o in finished) else None
     for o, ms in zip(finished, made):
         gaps = [b - a for a, b in zip(ms, ms[1:])]
         arrival = o.arrival_s * 1e3
         prompt = o.prompt_tokens if o.prompt_tokens is not None else prompt_lens[o.index]
         row = request_row(base, o.index, prompt, output_lens[o.index], None, ms[0] - arrival, ms[-1] - arrival,
-                          gaps, arrival, load)
+                          gaps, arrival_ms=arrival, load=latency_load)
         if row["latency_counted"]:
             itl.extend(gaps)
         row.update(ttft_parts(o))
@@ -100,7 +103,7 @@ def summarise(point_index: int, batch_size: int, repeats: Sequence[EndpointRepea
         goodput_rps=statistics.median(rep.goodput_rps for rep in repeats),
         goodput_slo=f"{slo_metric}<={slo_ms:g}ms",
         error=failure_text(failed, sum(rep.sent for rep in repeats), first) if failed else None)
-    requests = [r for rep in repeats for r in rep.requests]
+    requests = summary.counted(repeats)  # the requests whose TTFT the parts split
     out.update(**{f"{part}_p50": percentile([r[part] for r in requests if r[part] is not None], 50)
                   for part in TTFT_PARTS})
     errors = [rep.clock_error_ms for rep in repeats if rep.clock_error_ms is not None]

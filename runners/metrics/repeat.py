@@ -21,7 +21,7 @@ class Repeat:
 
 
 def request_row(base: Row, index: int, prompt_len: int, output_len: int, queue_ms: float | None, ttft_ms: float,
-                e2e_ms: float, gaps: list[float], arrival_ms: float = 0.0, load: Loaded | None = None) -> Row:
+                e2e_ms: float, gaps: list[float], *, arrival_ms: float, load: Loaded | None) -> Row:
     """A request's row; `gaps` are its inter-token times (none for a one-token request), so the tokens
     the engine delivered to it (`generated_len`, against the requested `output_len`) are one more. It arrived
     `arrival_ms` after its repeat's start; `load` is that repeat's load window (None: a batch sent at once)."""

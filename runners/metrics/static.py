@@ -39,7 +39,7 @@ def static_repeat(point_index: int, repeat: int, batch: Batch, gen: Generation) 
     for i, (p, o) in enumerate(zip(batch.prompt_lens, batch.output_lens)):
         gaps = step_ms[: o - 1]
         itl.extend(gaps)
-        requests.append(request_row(base, i, p, o, 0.0, t[0], t[o - 1], gaps))
+        requests.append(request_row(base, i, p, o, 0.0, t[0], t[o - 1], gaps, arrival_ms=0.0, load=None))
     step = {"point_index": point_index, "repeat": repeat, "batch_rows": batch.size}
     steps = [{**step, "step_index": 0, "phase": "prefill", "start_ms": 0.0, "duration_ms": t[0],
               "active_seqs": batch.size, "active_tokens": sum(batch.prompt_lens),

@@ -68,8 +68,8 @@ class PointRun(Protocol[R]):
 
 
 class StoreClock:
-    """How long a point's store stage spends in each part (summarise, release, gc, empty_cache, write), for the
-    log: the H200 spent 20–27 s there after a continuous point, against < 1 s on a CPU."""
+    """How long a point's store stage spends in each part (summarise, release, gc, empty_cache, samples, write),
+    for the log: the H200 spent 20–27 s there after a continuous point, against < 1 s on a CPU."""
 
     def __init__(self) -> None:
         self.last: float | None = None  # not started: the point is still measuring
@@ -88,7 +88,7 @@ class StoreClock:
         self.last = now
 
     def words(self) -> str:
-        """'stored in 1.23 s: summarise 0.10, release 0.91, …'."""
+        """'stored in 1.23 s: summarise 0.10, release 0.91, …', in the order the parts ran."""
         parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds in self.parts.items())
         return f"stored in {sum(self.parts.values()):.2f} s: {parts}"
 
@@ -169,8 +169,7 @@ class PointContext:
         clock = StoreClock()
         summary = self.measure(index, point.batch_size, measure, work.release, clock)
         summary.update(setup_ms=setup_s * 1000.0, added_for=point.added_for, **work.columns)
-        written = self.write(index, point, summary, repeats, windows, work.done)
-        clock.mark("write")
+        written = self.write(index, point, summary, repeats, windows, work.done, clock)
         self.folder.log(f"point {index} {clock.words()}")
         return written
 
@@ -218,12 +217,13 @@ class PointContext:
                 clock.mark("empty_cache")
 
     def write(self, index: int, point: Point, summary: Summary, repeats: Sequence[Repeat], windows: list[Window],
-              done: Callable[[Summary], str]) -> Summary:
+              done: Callable[[Summary], str], clock: StoreClock) -> Summary:
         """Utilisation from the point's samples, then its files (detail rows only for a measured point)
         and a log line; `done(summary)` says what a measured point achieved."""
         kept = list(repeats) if summary.ok else []
         samples = tag_samples(self.sampler.drain(), windows)
         summary.update(**utilisation(samples, index, windows, sum(rep.row["output_tokens"] for rep in kept)))
+        clock.mark("samples")
         for row in samples:
             del row["stage"]
         parts = {"samples": samples}
@@ -231,6 +231,7 @@ class PointContext:
             parts.update(requests=[r for rep in kept for r in rep.requests],
                          steps=[s for rep in kept for s in rep.steps], repeats=[rep.row for rep in kept])
         self.folder.write_point(index, parts, summary.row())
+        clock.mark("write")
         self.folder.log(f"point {index} {point.label}: {summary['status']} "
                         + (f"{done(summary)}, {draws.words(summary.row())}" if summary.ok else summary["error"]))
         return summary
