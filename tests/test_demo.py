@@ -84,15 +84,15 @@ def test_first_start_shows_demo_runs_on_every_page(demo_home):
 def test_plain_run_page_and_home_open_the_latest_full_demo_run_not_the_one_point_one(demo_home):
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
     link = next(e for e in at.get("page_link") if e.proto.label == "Latest run with results")
-    assert link.proto.query_string == "run=h200-fast-1b-bf16-long" and not link.proto.disabled
+    assert link.proto.query_string == "run=h200-cont-8b-bf16-chat-clients" and not link.proto.disabled
     at.switch_page("app_pages/run.py")
     at.run()
     assert not at.exception
-    # the newest done run with a curve: the 1B long-prompt sweep, the set's last re-made run
-    assert at.selectbox(key="run_select").value == "h200-fast-1b-bf16-long"
-    assert at.query_params["run"] == "h200-fast-1b-bf16-long"
+    # the newest done run with a curve: the continuous clients sweep, the set's last re-made run
+    assert at.selectbox(key="run_select").value == "h200-cont-8b-bf16-chat-clients"
+    assert at.query_params["run"] == "h200-cont-8b-bf16-chat-clients"
     sentences = " ".join(m.value for m in at.markdown)
-    assert "batch" in sentences and "ran out of memory" in sentences  # its axis, and its OOM at batch 64
+    assert "concurrency 256" in sentences and "plateau" in sentences  # its axis and where it levels off
 
 
 def test_every_shipped_run_opens_on_the_run_page_with_its_charts(demo_home):
