@@ -65,6 +65,9 @@ def off_screen(tab) -> list[str]:
     """Each of the step's parts not fully inside the window, and the page's overflow if it scrolls."""
     parts = {"title": tab.get_by_role("heading", name=re.compile(r"^\d+\. ")).first,
              "chart": tab.locator(CHART).first.locator("svg").first}
+    # Vega may swap the svg for a new one as the page settles (seen once under two workers: "chart None"):
+    # where it is is read once it is there again
+    parts["chart"].wait_for(timeout=30_000)
     parts |= {f"sentence {i + 1}": tab.locator(SENTENCES).nth(i) for i in range(2)}
     width, height, scroll = tab.evaluate(
         "[window.innerWidth, window.innerHeight, document.scrollingElement.scrollHeight]")
