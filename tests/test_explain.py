@@ -626,23 +626,3 @@ def test_a_rise_the_run_page_calls_still_rising_is_not_called_noise_by_explain()
     assert any(note.startswith("No plateau: going from batch 2 to 4 still adds") for note in run_page.notes)
     second = throughput_sentences(table, run_page)[1]
     assert "noise" not in second and "the last (2 → 4) only 41.8 %" in second
-
-
-@pytest.mark.parametrize(("run_id", "slo", "words"), [
-    ("h200-cont-8b-bf16-chat-clients", SLO("ttft", 95, 1000.0),
-     ("Every measured concurrency meets the 1 000 ms P95 TTFT SLO", "Concurrency 256 is recommended")),
-    ("h200-cont-8b-bf16-chat-clients", SLO("ttft", 95, 50.0),
-     ("Concurrency 16 is the largest", "Concurrency 16 is recommended")),
-    ("h200-cont-8b-bf16-chat-rate", SLO("ttft", 95, 50.0),
-     ("No arrival rate meets the 50 ms P95 TTFT SLO", "So there is no working point: no arrival rate")),
-])
-def test_a_run_along_another_axis_names_the_working_point_its_chart_marks(demo_store: Store, run_id: str, slo: SLO,
-                                                                          words: tuple[str, str]) -> None:
-    """The step's sentences come from the analysis along the run's own axis: before, a concurrency run whose
-    chart marks concurrency 256 read "So there is no working point"."""
-    data = load_run(demo_store, run_id, slo)
-    step = explain_steps(data.run, data.table, data.analysis, data.split, slo)[-1]
-    assert step.key == "working_point"
-    assert [s.startswith(w) for s, w in zip(step.sentences, words)] == [True, True], step.sentences
-    marked = data.analysis.working_point
-    assert marked is None or f"{marked.x:g}" in step.sentences[1]

@@ -135,7 +135,7 @@ def test_a_cpu_sweep_records_draws_replays_and_the_interval_of_every_point(logno
         store = [s["t_s"] for s in own if s["phase"] == "store"]
         measured = [s["t_s"] for s in own if s["repeat"] >= 0]
         assert store and min(store) >= max(measured)
-        # and the log says where that time went, part by part (a GPU point spent 20-27 s there)
+        # and the log says where that time went, part by part
         stored = re.search(rf"point {index} stored in ([0-9.]+) s: summarise ([0-9.]+), release ([0-9.]+), "
                            rf"gc ([0-9.]+), samples ([0-9.]+), write ([0-9.]+)\n", (lognormal_run / "log.txt").read_text())
         assert stored is not None

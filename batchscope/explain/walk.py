@@ -19,7 +19,7 @@ from batchscope.explain.step import Step
 from batchscope.explain.throughput import throughput_sentences, throughput_title
 from batchscope.explain.utilisation import utilisation_sentences, utilisation_title
 from batchscope.explain.words import cancelled_after, with_clause
-from batchscope.explain.working_point import along_axis_sentences, working_point_sentences
+from batchscope.explain.working_point import working_point_sentences
 
 def explain_steps(run: dict[str, Any], table: pd.DataFrame, analysis: Analysis, split: pd.DataFrame,
                   slo: SLO | None) -> list[Step]:
@@ -49,7 +49,5 @@ def explain_steps(run: dict[str, Any], table: pd.DataFrame, analysis: Analysis, 
         Step("roofline", "The roofline: memory- or compute-bound, and how close to the floor",
              charts.roofline_chart(table, charted.ridge_batch), roofline_sentences(run, table, analysis)),
         Step("working_point", "The working point under a latency SLO",
-             charts.working_point_chart(table, charted, slo),
-             working_point_sentences(table, analysis, slo) if analysis is not None or charted is None
-             else along_axis_sentences(charted, slo)),
+             charts.working_point_chart(table, charted, slo), working_point_sentences(table, analysis, slo)),
     ]

@@ -64,19 +64,3 @@ def working_point_sentence(table: pd.DataFrame, analysis: Analysis | None, slo: 
     elif larger.empty:
         limited_by = "; it is the largest batch measured"
     return f"The working point is batch {int(marker.x)}: {tok_s(t)}{latency}, {share}{limited_by}."
-
-def along_axis_sentences(analysis: Analysis, slo: SLO | None) -> tuple[str, str]:
-    """Step 6 for a run swept along another axis than batch size (concurrency, max_num_seqs, arrival rate):
-    the analysis' own SLO limit and working point, which read that axis, so the text names the point the
-    chart marks."""
-    axis = analysis.axis
-    if slo is None:
-        first = f"No latency SLO is set, so every {axis.noun} is allowed on latency."
-    elif analysis.slo_limit is not None:
-        first = analysis.slo_limit.sentence
-    else:
-        first = f"No {axis.noun} meets the {num(slo.ms)} ms {slo.name} SLO."
-    if analysis.working_point is not None:
-        return first, analysis.working_point.sentence
-    within = f" meets the {num(slo.ms)} ms {slo.name} SLO" if slo is not None else " finished"
-    return first, f"So there is no working point: no {axis.noun} at or before the plateau{within}."

@@ -30,8 +30,8 @@ TRUST_SUMMARY = [("sm_clock_mhz_min", F), ("sm_clock_mhz_max", F), ("clock_reaso
 
 # how a point was measured until known (docs/trust.md): draws, replays, the interval and how it was found
 MEASURE_SUMMARY = [("draws", I), ("replays", I), ("requests", I64), ("latency_requests", I64),
-                   ("tokens_per_s_interval", F), ("interval_method", S), ("target_interval", F), ("budget_spent", S), ("replay_spread", F),
-                   ("prediction_error_max", F)]
+                   ("tokens_per_s_interval", F), ("interval_method", S), ("target_interval", F), ("budget_spent", S),
+                   ("replay_spread", F), ("prediction_error_max", F)]
 
 # an endpoint request's TTFT in the parts its timestamps split it into (docs/run-folder.md says where each
 # starts and ends; runners.metrics.endpoint computes them); null where the server sends no times
