@@ -1,6 +1,8 @@
 """The shipped H200 demo runs: imported once into a fresh history, never duplicated, removable."""
 from __future__ import annotations
 
+import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,15 @@ def test_every_shipped_run_opens_on_the_run_page_with_its_charts(demo_home):
         assert at.selectbox(key="run_select").value == folder.name
         assert len(at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")) >= 1, folder.name
         assert not at.error, (folder.name, [e.value for e in at.error])
+
+
+def test_the_readme_shows_every_screenshot_of_the_demo_set_and_nothing_else():
+    """bench/readme_shots.py makes the README's pictures from runs in data/demo: each is in docs/img and shown,
+    and the README shows no picture the script does not make (one left behind would go stale)."""
+    spec = importlib.util.spec_from_file_location("readme_shots", REPO / "bench" / "readme_shots.py")
+    shots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shots)
+    shown = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (REPO / "README.md").read_text())
+    assert sorted(shown) == sorted(f"docs/img/{name}" for name in shots.SHOTS)
+    assert all((REPO / path).stat().st_size > 10_000 for path in shown)
+    assert shots.missing_runs(DEMO) == []
