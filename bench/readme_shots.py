@@ -29,8 +29,8 @@ SHOTS = {  # file name -> (path and query, runs it shows, what to shoot: "charts
     "run-8b-clients.png": ("run?run=h200-cont-8b-bf16-chat-clients", ["h200-cont-8b-bf16-chat-clients"], "charts"),
     "explain-present.png": ("explain?run=h200-fast-8b-bf16-chat&step=1&present=1", ["h200-fast-8b-bf16-chat"],
                             "window"),
-    "history-1b-vs-8b.png": ("history?runs=h200-fast-8b-bf16-chat,h200-fast-1b-bf16-chat",
-                             ["h200-fast-8b-bf16-chat", "h200-fast-1b-bf16-chat"], "charts"),
+    "history-1b-vs-8b.png": ("history?runs=h200-fast-1b-bf16-chat,h200-fast-8b-bf16-chat",
+                             ["h200-fast-1b-bf16-chat", "h200-fast-8b-bf16-chat"], "charts"),
 }
 HIDE_HEADER = '[data-testid="stHeader"] { display: none !important; }'
 

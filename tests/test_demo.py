@@ -119,3 +119,18 @@ def test_the_readme_shows_every_screenshot_of_the_demo_set_and_nothing_else():
     assert sorted(shown) == sorted(f"docs/img/{name}" for name in shots.SHOTS)
     assert all((REPO / path).stat().st_size > 10_000 for path in shown)
     assert shots.missing_runs(DEMO) == []
+
+
+def test_history_on_a_first_start_offers_the_demo_overlay_in_one_click(demo_home):
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60).run()
+    at.switch_page("app_pages/history.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.multiselect(key="overlay_runs").value == []
+    assert not (at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart"))  # nothing drawn before the click
+    offer = at.button(key="overlay_default")
+    assert "1B fast" in offer.label and "8B fast" in offer.label
+    offer.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.multiselect(key="overlay_runs").value == ["h200-fast-1b-bf16-chat", "h200-fast-8b-bf16-chat"]
+    assert len(at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")) >= 1

@@ -21,7 +21,7 @@ from batchscope.explain.words import measured
 from batchscope.explain.working_point import working_point_sentences
 from batchscope.ingest import ingest_run
 from batchscope.store import Store
-from batchscope.ui import explain_view, slo_control
+from batchscope.ui import explain_view, history_view, slo_control
 from batchscope.ui.run_view import load_run
 from batchscope.units import GiB
 from tests.runner_helpers import REPO
@@ -457,6 +457,25 @@ def test_default_run_makes_the_case_and_the_partner_is_never_the_cut_short_run(d
                                     lambda rid: load(rid).table) == "h200-hf-1b-bf16-chat"
     plain = runs.assign(demo=False)
     assert explain_view.default_run(plain, load) == plain.iloc[0]["run_id"]  # no demo runs: the newest
+
+
+def test_history_offers_the_explain_default_beside_the_other_model_measured_the_same_way(
+        demo_store: Store) -> None:
+    runs = demo_store.runs()
+    load = (lambda rid: load_run(demo_store, rid, None))
+    asked = []
+
+    def anchor() -> str | None:
+        asked.append(1)
+        return explain_view.default_run(runs, load)
+
+    # by hand: the demo set's fast bfloat16 static chat sweeps on one GPU are the 8B default and one 1B run; the
+    # 8B tp2/rep2 runs (other GPUs), hf-generate, fp16/fp8/int8 and the long or continuous runs differ in one thing
+    assert history_view.default_overlay(runs, anchor, load) == ["h200-fast-1b-bf16-chat", "h200-fast-8b-bf16-chat"]
+    own = runs.assign(demo=[True] * (len(runs) - 1) + [False])
+    assert history_view.default_overlay(own, anchor, load) == [] and len(asked) == 1  # one run of the user's own
+    assert history_view.default_overlay(runs[runs["model"] == "llama-3.1-8b"], anchor, load) == []  # one model
+    assert history_view.default_overlay(runs, lambda: None, load) == []
 
 
 def test_partner_ranks_shared_batches_then_lengths_then_done_then_points() -> None:

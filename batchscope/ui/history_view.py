@@ -10,6 +10,7 @@ import pandas as pd
 from batchscope.analysis.cost import with_cost
 from batchscope.analysis.marker import Marker
 from batchscope.analysis.slo import METRIC_NAMES
+from batchscope.explain import partners
 from batchscope.ingest import ingest_run
 from batchscope.jobs import settle_if_runner_gone
 from batchscope.runfolder import RunFolder
@@ -210,3 +211,34 @@ def overlay_runs(labels: dict[str, str], load: Callable[[str], RunData | None]) 
     runs without points are left out."""
     loaded = {label: load(run_id) for run_id, label in labels.items()}
     return {label: data for label, data in loaded.items() if data is not None and data.analysis is not None}
+
+
+def default_overlay(runs: pd.DataFrame, default_run: Callable[[], str | None],
+                    load: Callable[[str], RunData | None]) -> list[str]:
+    """The overlay History offers on a history of demo runs alone (a first start on a laptop): the Explain
+    default run (`default_run()`, asked only then) beside one finished run of every other model measured the same
+    way (engine, dtype, request lengths, GPUs, batch-size axis), smallest model first, so the first comparison is
+    between models. Empty on a history holding a run of the user's own (they choose what to compare) or where no
+    second model was measured that way."""
+    if runs.empty or not runs["demo"].fillna(False).astype(bool).all():
+        return []
+    anchor_id = default_run()
+    anchor = load(anchor_id) if anchor_id is not None else None
+    if anchor is None or anchor.analysis is None or anchor.analysis.axis.key != "batch_size":
+        return []
+    spec = anchor.run.get("spec")
+    picked = {anchor.run.get("model_name"): anchor}
+    candidates = runs[(runs["engine"] == anchor.run.get("engine")) & (runs["dtype"] == anchor.run.get("dtype"))
+                      & (runs["state"] == "done") & (runs["points_ok"] > 0)]
+    for row in candidates.sort_values("points_ok", ascending=False).to_dict("records"):
+        if row["model"] in picked:
+            continue
+        data = load(str(row["run_id"]))
+        if (data is not None and data.analysis is not None and data.analysis.axis.key == "batch_size"
+                and partners.lengths(data.run.get("spec")) == partners.lengths(spec)
+                and partners.gpus(data.run.get("spec")) == partners.gpus(spec)):
+            picked[row["model"]] = data
+    if len(picked) < 2:
+        return []
+    return [data.run["run_id"] for data in sorted(picked.values(),
+                                                  key=lambda data: int((data.run.get("model") or {}).get("params") or 0))]

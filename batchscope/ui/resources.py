@@ -14,7 +14,7 @@ from batchscope.explain.step import Step
 from batchscope.jobs import JobManager
 from batchscope.store import Store
 from batchscope.store_file import StoreUnavailableError
-from batchscope.ui import explain_view
+from batchscope.ui import explain_view, history_view
 from batchscope.ui.plain_text import plain
 from batchscope.ui.run_cache import RunCache
 from batchscope.ui.run_view import RunData
@@ -120,6 +120,16 @@ def explain_default(runs: pd.DataFrame) -> str | None:
 @st.cache_resource(show_spinner=False, max_entries=4)
 def _default(version: tuple, _runs: pd.DataFrame) -> str | None:
     return explain_view.default_run(_runs, lambda rid: load_run(rid, None))
+
+
+def history_default(runs: pd.DataFrame) -> list[str]:
+    """The overlay History offers (history_view.default_overlay), chosen once per change of the stored runs."""
+    return _history_default(stored_state(runs), runs)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _history_default(version: tuple, _runs: pd.DataFrame) -> list[str]:
+    return history_view.default_overlay(_runs, lambda: explain_default(_runs), lambda rid: load_run(rid, None))
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
