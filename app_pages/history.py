@@ -81,7 +81,7 @@ if picked:
     else:
         history_sections.show_overlay(store, picked, overlay, slo, percentile, metric)
 else:
-    history_sections.offer_overlay(resources.history_default(all_runs), labels_all)
+    history_sections.offer_overlay(resources.history_default(all_runs), labels_all, "overlay_runs")
 
 history_sections.show_regressions(store, all_runs, runs, slo)
 

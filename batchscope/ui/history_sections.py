@@ -46,14 +46,18 @@ def show_overlay(store: Store, picked: list[str], overlay: dict[str, RunData], s
                      icon=":material/open_in_new:")
 
 
-def offer_overlay(suggested: list[str], labels: dict[str, str]) -> None:
+def offer_overlay(suggested: list[str], labels: dict[str, str], runs_key: str) -> None:
     """With nothing overlaid: how to compare, and on a history of demo runs alone the comparison to start from
-    (history_view.default_overlay) one click away. Not drawn by default: the overlay's charts and tables would
-    take the page from 1.7 to 2.4 s (docs/benchmarks.md, issue 34's 2 s bar)."""
+    (history_view.default_overlay) one click away, which sets the runs widget (`runs_key`). Not drawn on arrival:
+    the overlay's charts and tables would take the page from 1.7 to 2.4 s (docs/benchmarks.md, issue 34's 2 s)."""
     shown = [run_id for run_id in suggested if run_id in labels]  # a filter may hide one
+
+    def pick() -> None:
+        st.session_state[runs_key] = shown
+
     if len(shown) > 1:
         st.button(f"Overlay {' and '.join(labels[run_id] for run_id in shown)}", icon=":material/stacked_line_chart:",
-                  key="overlay_default", on_click=st.session_state.__setitem__, args=("overlay_runs", shown))
+                  key="overlay_default", on_click=pick)
     st.caption("Pick two or more runs to overlay them on the linked charts, under one SLO.")
 
 
