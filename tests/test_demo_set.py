@@ -20,9 +20,10 @@ _spec = importlib.util.spec_from_file_location("demo_set", REPO / "bench" / "dem
 demo_set = sys.modules.setdefault("demo_set", importlib.util.module_from_spec(_spec))  # bench/ is no package
 _spec.loader.exec_module(demo_set)
 
+MEASURE_KEYS = ("target_interval", "replays", "max_draws", "point_budget_s")  # how long a point is measured
 SPEC_KEYS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
              "seed", "tensor_parallel", "replicas", "max_num_seqs", "arrival", "concurrency", "num_requests",
-             "max_num_batched_tokens", "slo_metric", "slo_ms", "calibrate")
+             "max_num_batched_tokens", "slo_metric", "slo_ms", "calibrate", *MEASURE_KEYS)
 
 
 def spec_of(sweep) -> dict:
@@ -65,7 +66,16 @@ def test_the_served_sweep_is_the_in_process_clients_sweep_sent_over_http() -> No
 NOT_MADE_YET = {"served-8b-bf16-chat"}
 # Shipped runs made before their sweep's options last changed, with the options they were made with; each leaves
 # this list in the commit that ships its re-made folder.
-MADE_WITH_EARLIER_OPTIONS = {"cont-8b-bf16-chat-rate": {"num_requests": 64}}
+MEASURED_ONCE = dict.fromkeys(MEASURE_KEYS)  # made before a point was measured until known: no such options
+MADE_WITH_EARLIER_OPTIONS = {
+    "cont-8b-bf16-chat-rate": {"num_requests": 64, **MEASURED_ONCE},
+    **{name: MEASURED_ONCE for name in ("cont-8b-bf16-chat-seqs", "hf-1b-bf16-chat", "fast-8b-fp8-chat",
+                                        "fast-8b-int8-chat", "fast-8b-bf16-chat-tp2", "fast-8b-bf16-chat-rep2",
+                                        "fast-8b-bf16-long", "fast-8b-fp16-chat", "fast-1b-fp16-chat",
+                                        "fast-8b-fp16-long", "fast-1b-fp16-long")},
+    # six measured runs at most a point, before static sweeps took up to twelve
+    **{name: {"max_draws": 6} for name in ("fast-8b-bf16-chat", "fast-1b-bf16-chat", "fast-1b-bf16-long")},
+}
 
 
 def test_each_shipped_demo_run_is_what_its_sweep_in_the_script_asks_for() -> None:
