@@ -120,7 +120,7 @@ def run_body(live_at_start: bool) -> None:
     if progress.get("state") in run_view.LIVE_STATES:
         show_progress(progress, data.run.get("spec") or {}, len(data.table))
     else:
-        run_sections.show_outcome(progress)
+        run_sections.show_outcome(progress, data)
         if live:
             st.caption("Storing the last results…")
     run_sections.show_results(store, data, progress, slo, percentile)

@@ -205,7 +205,8 @@ def test_the_run_page_shows_each_points_failed_requests_and_the_server(home, kil
     assert any(re.fullmatch(r"Concurrency 2: \d+ of 30 requests failed: .*connection refused.*", c) for c in captions), captions
     assert any(c.startswith("Concurrency 4: Unreachable: cannot reach http://127.0.0.1:") for c in captions), captions
     assert any(c.startswith("Server http://127.0.0.1:") and "model its first listed" in c for c in captions), captions
-    assert any(w.startswith("The sweep finished, but 1 of 3 points failed: Unreachable") for w in texts(at, "warning"))
+    assert any(w.startswith("The sweep finished, but 1 of 3 points failed: concurrency 4, Unreachable: cannot reach")
+               for w in texts(at, "warning"))
 
 
 def test_each_point_restarts_the_server_with_its_knob_and_stops_it_after(tmp_path: Path) -> None:

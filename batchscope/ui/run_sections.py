@@ -19,8 +19,9 @@ from batchscope.ui.present_keys import present_keys
 from batchscope.ui.run_cache import made
 
 
-def show_outcome(progress: dict) -> None:
-    """How a finished run ended, in one message."""
+def show_outcome(progress: dict, data: run_view.RunData) -> None:
+    """How a finished run ended, in one message; failed points in a few words each (their full errors are under
+    the points table)."""
     state = progress.get("state")
     if state == "failed":
         st.error(plain(f"The sweep failed: {progress.get('error') or 'no error text recorded'}"))
@@ -30,7 +31,8 @@ def show_outcome(progress: dict) -> None:
     elif state == "cancelled":
         st.info("The sweep was cancelled; finished points are kept.")
     elif state == "done" and progress.get("error"):  # some points failed (runners.results.outcome)
-        st.warning(plain(f"The sweep finished, but {progress['error']}"))
+        failed = run_view_tables.failed_outcome(data.table, data.analysis.axis) if data.analysis else None
+        st.warning(plain(f"The sweep finished, but {failed or progress['error']}"))
     if progress.get("stopped_early"):
         st.info(plain(progress["stopped_early"]))
 

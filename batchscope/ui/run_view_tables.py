@@ -63,10 +63,24 @@ def points_display(table: pd.DataFrame) -> pd.DataFrame:
 def failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
     """One line per point that did not finish, in a few words: "batch 256: out of memory: needed 15.98 GiB
     more, 5.17 GiB of 139.80 GiB free" (the full text is in the CSV)."""
+    return [f"{axis.at_start(x)}: {why}" for x, why in _failed(table)]
+
+
+def failed_outcome(table: pd.DataFrame, axis: SweepAxis) -> str | None:
+    """How many points of a finished sweep failed and why, in one line for the top of the page: "1 of 8 points
+    failed: batch 128, out of memory: needed 23.10 GiB more, …" (the runner's own line quotes PyTorch's whole
+    five-line message). None when every point is ok."""
+    found = _failed(table)
+    if not found:
+        return None
+    return f"{len(found)} of {len(table)} points failed: " + "; ".join(f"{axis.at(x)}, {why}" for x, why in found)
+
+
+def _failed(table: pd.DataFrame) -> list[tuple[float, str]]:
+    """Each point that did not finish, along the axis: its place and what happened, in a few words."""
     placed = table.assign(x=sweep_x(table))  # before filtering: an empty frame would adopt the x's index
     failed = placed[placed["status"] != "ok"].sort_values("x")
-    return [f"{axis.at_start(row.x)}: {tables.failure_summary(row.status, getattr(row, 'error', None))}"
-            for row in failed.itertuples()]
+    return [(row.x, tables.failure_summary(row.status, getattr(row, "error", None))) for row in failed.itertuples()]
 
 
 def request_failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
