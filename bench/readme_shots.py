@@ -15,22 +15,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from playwright.sync_api import sync_playwright
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import page_speed  # noqa: E402  (a sibling script, not a package)
-
-REPO = page_speed.REPO
-WIDTH = 1440
+REPO = Path(__file__).resolve().parent.parent
 TALL = 2600  # the Run page's linked charts fit whole, so the element shot is not cut by the page's own scroll
-PRESENT = 900  # a projector-like window for Explain's present mode
 SHOTS = {  # file name -> (path and query, runs it shows, what to shoot: "charts" or "window")
     "run-8b-chat.png": ("run?run=h200-fast-8b-bf16-chat", ["h200-fast-8b-bf16-chat"], "charts"),
     "run-8b-clients.png": ("run?run=h200-cont-8b-bf16-chat-clients", ["h200-cont-8b-bf16-chat-clients"], "charts"),
     "explain-present.png": ("explain?run=h200-fast-8b-bf16-chat&step=1&present=1", ["h200-fast-8b-bf16-chat"],
                             "window"),
     "history-1b-vs-8b.png": ("history?runs=h200-fast-1b-bf16-chat,h200-fast-8b-bf16-chat",
-                             ["h200-fast-1b-bf16-chat", "h200-fast-8b-bf16-chat"], "charts"),
+                             ["h200-fast-1b-bf16-chat", "h200-fast-8b-bf16-chat"], "charts"),  # History's offer
 }
 HIDE_HEADER = '[data-testid="stHeader"] { display: none !important; }'
 
@@ -40,9 +33,11 @@ def missing_runs(demo: Path) -> list[str]:
     return sorted({run for _, runs, _ in SHOTS.values() for run in runs if not (demo / run).is_dir()})
 
 
-def shoot(tab, url: str, what: str, target: Path) -> None:
-    """Open url, wait until every chart is drawn, save the first chart block or the window."""
-    tab.set_viewport_size({"width": WIDTH, "height": PRESENT if what == "window" else TALL})
+def shoot(tab, url: str, what: str, target: Path, page_speed) -> None:
+    """Open url, wait until every chart is drawn, save the first chart block or the window (page_speed's, a
+    projector-like 1440 × 900)."""
+    window = page_speed.VIEWPORT
+    tab.set_viewport_size(window if what == "window" else {**window, "height": TALL})
     tab.goto(url)
     tab.wait_for_timeout(300)
     tab.wait_for_function(page_speed.READY, arg="chart", timeout=120_000, polling=100)
@@ -55,6 +50,11 @@ def shoot(tab, url: str, what: str, target: Path) -> None:
 
 
 def main() -> None:
+    from playwright.sync_api import sync_playwright  # here, so the shot list reads without a browser driver
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import page_speed  # a sibling script, not a package
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "img")
     args = parser.parse_args()
@@ -67,10 +67,10 @@ def main() -> None:
         stack.callback(page_speed.stop, process)
         with sync_playwright() as driver:
             browser = driver.chromium.launch(executable_path=page_speed.CHROMIUM, args=page_speed.CHROMIUM_ARGS)
-            tab = browser.new_page(viewport={"width": WIDTH, "height": TALL})
+            tab = browser.new_page(viewport=page_speed.VIEWPORT)
             page_speed.time_page(browser, url, "chart")  # first start: imports the demo runs
             for name, (path, _, what) in SHOTS.items():
-                shoot(tab, f"{url}/{path}", what, args.out / name)
+                shoot(tab, f"{url}/{path}", what, args.out / name, page_speed)
                 print(f"{args.out / name}: {(args.out / name).stat().st_size // 1024} KiB")
             browser.close()
 

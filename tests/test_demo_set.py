@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from runners.cli import spec_of_options
+from runners.spec.sweep import MEASURE, spec_fields
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo"
@@ -20,7 +21,7 @@ _spec = importlib.util.spec_from_file_location("demo_set", REPO / "bench" / "dem
 demo_set = sys.modules.setdefault("demo_set", importlib.util.module_from_spec(_spec))  # bench/ is no package
 _spec.loader.exec_module(demo_set)
 
-MEASURE_KEYS = ("target_interval", "replays", "max_draws", "point_budget_s")  # how long a point is measured
+MEASURE_KEYS = tuple(f.name for f in spec_fields() if f.group == MEASURE)  # how long a point is measured
 SPEC_KEYS = ("model", "dtype", "engine", "mode", "batch_sizes", "prompt_len", "output_len", "repeats", "warmup",
              "seed", "tensor_parallel", "replicas", "max_num_seqs", "arrival", "concurrency", "num_requests",
              "max_num_batched_tokens", "slo_metric", "slo_ms", "calibrate", *MEASURE_KEYS)

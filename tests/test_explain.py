@@ -2,6 +2,7 @@
 through AppTest with the shipped demo runs and with a tiny CPU run made by the real runner."""
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -469,11 +470,19 @@ def test_history_offers_the_explain_default_beside_the_other_model_measured_the_
         asked.append(1)
         return explain_view.default_run(runs, load)
 
-    # by hand: the demo set's fast bfloat16 static chat sweeps on one GPU are the 8B default and one 1B run; the
-    # 8B tp2/rep2 runs (other GPUs), hf-generate, fp16/fp8/int8 and the long or continuous runs differ in one thing
+    # by hand: the default is the 8B fast bf16 chat sweep; of the other model's fast bf16 runs, 1B chat has the most
+    # ok points (8) and the same lengths; hf-generate, fp16/fp8/int8 differ in engine or dtype
     assert history_view.default_overlay(runs, anchor, load) == ["h200-fast-1b-bf16-chat", "h200-fast-8b-bf16-chat"]
+    shots = importlib.util.spec_from_file_location("readme_shots", REPO / "bench" / "readme_shots.py")
+    readme = importlib.util.module_from_spec(shots)
+    shots.loader.exec_module(readme)
+    assert readme.SHOTS["history-1b-vs-8b.png"][1] == history_view.default_overlay(runs, anchor, load)  # README's
+    no_chat = runs[runs["run_id"] != "h200-fast-1b-bf16-chat"]  # 1B long is left: other lengths, so no offer
+    assert history_view.default_overlay(no_chat, anchor, load) == []
     own = runs.assign(demo=[True] * (len(runs) - 1) + [False])
-    assert history_view.default_overlay(own, anchor, load) == [] and len(asked) == 1  # one run of the user's own
+    before = len(asked)
+    assert history_view.default_overlay(own, anchor, load) == [] and len(asked) == before  # a run of the user's own:
+    # nothing offered, and the default run is not even chosen (it analyses every demo run)
     assert history_view.default_overlay(runs[runs["model"] == "llama-3.1-8b"], anchor, load) == []  # one model
     assert history_view.default_overlay(runs, lambda: None, load) == []
 

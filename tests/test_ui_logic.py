@@ -219,6 +219,10 @@ def test_points_table_puts_key_columns_first_sizes_in_gib_and_says_why_a_point_f
     assert run_view_tables.failed_outcome(table, BATCH) == (
         "1 of 2 points failed: batch 256, out of memory: needed 15.98 GiB more, 5.17 GiB of 139.80 GiB free")
     assert run_view_tables.failed_outcome(table.iloc[:1], BATCH) is None
+    many = pd.DataFrame({"batch_size": [1, 2, 4, 8], "status": ["ok", "error", "error", "error"],
+                         "error": [None, "Unreachable: cannot reach the server. It refused.", "Timeout.", "Timeout."]})
+    assert run_view_tables.failed_outcome(many, BATCH) == (
+        "3 of 4 points failed: batch 2, Unreachable: cannot reach the server; batch 4, Timeout.; and 1 more")
     assert shown["batch"].tolist() == [1]  # the OOM point has no measurements: its line says why instead
     assert shown["peak alloc GiB"].iloc[0] == 2.5 and shown["decode padding %"].iloc[0] == 12.5
     assert shown["output tok/s"].iloc[0] == 3582 and shown["ITL P95 ms"].iloc[0] == 1.88

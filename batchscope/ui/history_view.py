@@ -230,7 +230,7 @@ def default_overlay(runs: pd.DataFrame, default_run: Callable[[], str | None],
     picked = {anchor.run.get("model_name"): anchor}
     candidates = runs[(runs["engine"] == anchor.run.get("engine")) & (runs["dtype"] == anchor.run.get("dtype"))
                       & (runs["state"] == "done") & (runs["points_ok"] > 0)]
-    for row in candidates.sort_values("points_ok", ascending=False).to_dict("records"):
+    for row in candidates.sort_values(["points_ok", "run_id"], ascending=[False, True], kind="stable").to_dict("records"):
         if row["model"] in picked:
             continue
         data = load(str(row["run_id"]))

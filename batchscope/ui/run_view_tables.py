@@ -60,6 +60,9 @@ def points_display(table: pd.DataFrame) -> pd.DataFrame:
     return shown.rename(columns=TABLE_COLUMNS).reset_index(drop=True)
 
 
+SAID_AT_THE_TOP = 2  # failed points the top line names; the rest are counted
+
+
 def failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
     """One line per point that did not finish, in a few words: "batch 256: out of memory: needed 15.98 GiB
     more, 5.17 GiB of 139.80 GiB free" (the full text is in the CSV)."""
@@ -69,11 +72,14 @@ def failures(table: pd.DataFrame, axis: SweepAxis) -> list[str]:
 def failed_outcome(table: pd.DataFrame, axis: SweepAxis) -> str | None:
     """How many points of a finished sweep failed and why, in one line for the top of the page: "1 of 8 points
     failed: batch 128, out of memory: needed 23.10 GiB more, …" (the runner's own line quotes PyTorch's whole
-    five-line message). None when every point is ok."""
+    message, five sentences). The first SAID_AT_THE_TOP points only; every one has its line under the table.
+    None when every point is ok."""
     found = _failed(table)
     if not found:
         return None
-    return f"{len(found)} of {len(table)} points failed: " + "; ".join(f"{axis.at(x)}, {why}" for x, why in found)
+    said = "; ".join(f"{axis.at(x)}, {why}" for x, why in found[:SAID_AT_THE_TOP])
+    more = len(found) - SAID_AT_THE_TOP
+    return f"{len(found)} of {len(table)} points failed: {said}" + (f"; and {more} more" if more > 0 else "")
 
 
 def _failed(table: pd.DataFrame) -> list[tuple[float, str]]:
