@@ -230,7 +230,8 @@ def default_overlay(runs: pd.DataFrame, default_run: Callable[[], str | None],
     picked = {anchor.run.get("model_name"): anchor}
     candidates = runs[(runs["engine"] == anchor.run.get("engine")) & (runs["dtype"] == anchor.run.get("dtype"))
                       & (runs["state"] == "done") & (runs["points_ok"] > 0)]
-    for row in candidates.sort_values(["points_ok", "run_id"], ascending=[False, True], kind="stable").to_dict("records"):
+    ranked = candidates.sort_values(["points_ok", "run_id"], ascending=[False, True], kind="stable")
+    for row in ranked.to_dict("records"):
         if row["model"] in picked:
             continue
         data = load(str(row["run_id"]))
@@ -240,5 +241,5 @@ def default_overlay(runs: pd.DataFrame, default_run: Callable[[], str | None],
             picked[row["model"]] = data
     if len(picked) < 2:
         return []
-    return [data.run["run_id"] for data in sorted(picked.values(),
-                                                  key=lambda data: int((data.run.get("model") or {}).get("params") or 0))]
+    by_size = sorted(picked.values(), key=lambda data: int((data.run.get("model") or {}).get("params") or 0))
+    return [data.run["run_id"] for data in by_size]
