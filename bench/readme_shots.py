@@ -33,14 +33,13 @@ def missing_runs(demo: Path) -> list[str]:
     return sorted({run for _, runs, _ in SHOTS.values() for run in runs if not (demo / run).is_dir()})
 
 
-def shoot(tab, url: str, what: str, target: Path, page_speed) -> None:
-    """Open url, wait until every chart is drawn, save the first chart block or the window (page_speed's, a
-    projector-like 1440 × 900)."""
-    window = page_speed.VIEWPORT
+def shoot(tab, url: str, what: str, target: Path, window: dict[str, int], ready: str) -> None:
+    """Open url, wait until `ready` says every chart is drawn, save the first chart block or the window (a
+    projector-like one for "window", a tall one for "charts")."""
     tab.set_viewport_size(window if what == "window" else {**window, "height": TALL})
     tab.goto(url)
     tab.wait_for_timeout(300)
-    tab.wait_for_function(page_speed.READY, arg="chart", timeout=120_000, polling=100)
+    tab.wait_for_function(ready, arg="chart", timeout=120_000, polling=100)
     tab.add_style_tag(content=HIDE_HEADER)
     tab.wait_for_timeout(800)  # Vega's last transition
     if what == "window":
@@ -70,7 +69,7 @@ def main() -> None:
             tab = browser.new_page(viewport=page_speed.VIEWPORT)
             page_speed.time_page(browser, url, "chart")  # first start: imports the demo runs
             for name, (path, _, what) in SHOTS.items():
-                shoot(tab, f"{url}/{path}", what, args.out / name, page_speed)
+                shoot(tab, f"{url}/{path}", what, args.out / name, page_speed.VIEWPORT, page_speed.READY)
                 print(f"{args.out / name}: {(args.out / name).stat().st_size // 1024} KiB")
             browser.close()
 

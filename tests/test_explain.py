@@ -472,11 +472,12 @@ def test_history_offers_the_explain_default_beside_the_other_model_measured_the_
 
     # by hand: the default is the 8B fast bf16 chat sweep; of the other model's fast bf16 runs, 1B chat has the most
     # ok points (8) and the same lengths; hf-generate, fp16/fp8/int8 differ in engine or dtype
-    assert history_view.default_overlay(runs, anchor, load) == ["h200-fast-1b-bf16-chat", "h200-fast-8b-bf16-chat"]
+    offered = history_view.default_overlay(runs, anchor, load)
+    assert offered == ["h200-fast-1b-bf16-chat", "h200-fast-8b-bf16-chat"]
     shots = importlib.util.spec_from_file_location("readme_shots", REPO / "bench" / "readme_shots.py")
     readme = importlib.util.module_from_spec(shots)
     shots.loader.exec_module(readme)
-    assert readme.SHOTS["history-1b-vs-8b.png"][1] == history_view.default_overlay(runs, anchor, load)  # README's
+    assert readme.SHOTS["history-1b-vs-8b.png"][1] == offered  # the README's History picture is the offer
     no_chat = runs[runs["run_id"] != "h200-fast-1b-bf16-chat"]  # 1B long is left: other lengths, so no offer
     assert history_view.default_overlay(no_chat, anchor, load) == []
     own = runs.assign(demo=[True] * (len(runs) - 1) + [False])

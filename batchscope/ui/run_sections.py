@@ -31,9 +31,9 @@ def show_outcome(progress: dict, data: run_view.RunData) -> None:
     elif state == "cancelled":
         st.info("The sweep was cancelled; finished points are kept.")
     elif state == "done" and progress.get("error"):  # some points failed (runners.results.outcome)
+        # the runner's own line while its last points are still being stored, else the table's, in fewer words
         stored = data.analysis is not None and len(data.table) >= int(progress.get("points_done") or 0)
-        failed = run_view_tables.failed_outcome(data.table, data.analysis.axis) if stored else None  # else the
-        # runner's own line: its last points are still being stored
+        failed = run_view_tables.failed_outcome(data.table, data.analysis.axis) if stored else None
         st.warning(plain(f"The sweep finished, but {failed or progress['error']}"))
     if progress.get("stopped_early"):
         st.info(plain(progress["stopped_early"]))
