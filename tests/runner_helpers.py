@@ -30,8 +30,10 @@ def runner_cmd(out: Path, *options: str) -> list[str]:
     return [sys.executable, "-m", "runners", "sweep", "--out", str(out), *options]
 
 
-def run_runner(out: Path, *options: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(runner_cmd(out, *options), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+def run_runner(out: Path, *options: str, timeout: float = 120,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(runner_cmd(out, *options), cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def finished_tiny_run(out: Path, batch_sizes: str, repeats: int) -> Path:
