@@ -173,6 +173,7 @@ def answered(raw: dict[str, Any]) -> tuple[dict[str, str], str | None]:
 
 @settings(deadline=timedelta(seconds=2), max_examples=400,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@example(name="target_interval", hostile=("very long", "0" * 4097), base="static")  # read as 0 (off) once
 @given(st.sampled_from(SPEC_FIELDS), st.sampled_from(list(HOSTILE)).flatmap(
     lambda kind: st.tuples(st.just(kind), HOSTILE[kind])), st.sampled_from(list(BASES)))
 def test_every_option_answers_any_hostile_value_in_one_short_line_within_a_second(

@@ -148,9 +148,12 @@ def whole(value: Any, name: str, least: int, most: int) -> int:
 
 def number(value: Any, name: str, least: float | None = None, most: float | None = None,
            above: float | None = None) -> float:
-    """A finite real number from JSON or text (true/false are not numbers) within its bounds."""
+    """A finite real number from JSON or text (true/false are not numbers) within its bounds; text longer than
+    any text option is refused by its length, as `0000…` thousands of zeros long would otherwise read as 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise SpecError(name, f"not a number: {shown(value)}")
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        raise SpecError(name, f"{name} is at most {MAX_TEXT:,} characters, got {len(value):,}")
     try:
         result = float(value)
     except OverflowError:  # an integer past every float: past every bound too
