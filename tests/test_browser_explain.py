@@ -56,7 +56,17 @@ def where(tab) -> tuple[int, int]:
 
 
 def wait_for_step(tab, k: int) -> None:
-    tab.get_by_text(re.compile(rf"^step {k} of \d+$")).wait_for(timeout=60_000)
+    """Step k on screen, its chart drawn; if it never comes, the failure says where the page is instead and what
+    held the focus, and keeps a screenshot (a key once seemed lost under two busy workers, step 1 never left)."""
+    try:
+        tab.get_by_text(re.compile(rf"^step {k} of \d+$")).wait_for(timeout=60_000)
+    except playwright.TimeoutError as stuck:
+        width = tab.viewport_size["width"]
+        shoot(tab, f"explain-{width}-stuck-before-step-{k}.png")
+        focus = tab.evaluate("(e => e && `${e.tagName} ${e.getAttribute('role') || ''} ${e.textContent.slice(0, 40)}`)"
+                             "(document.activeElement)")
+        raise AssertionError(f"step {k} never came; the page shows {tab.get_by_text(COUNTER).all_inner_texts()} "
+                             f"at {tab.url}, focus on {focus!r}") from stuck
     tab.locator(CHART).first.locator("svg").first.wait_for(timeout=60_000)
     settle(tab)
 
