@@ -12,7 +12,8 @@ is a Python loop, and host contention shows in it (hf-generate's 1B decode step:
 A sweep starts only when its bound fits before the deadline, and gets SIGTERM at its bound, which
 keeps its finished points (state cancelled): a demo run must end by itself (done, or stopped by OOM).
 A folder already `done` is kept, so a later call goes on where an earlier one stopped: the whole set
-takes about 80 minutes of one H200 (the two-GPU sweeps on a pair), in calls of at most 9 minutes each.
+takes about 80 minutes of one H200 (the two-GPU sweeps on a pair), in calls of at most 9 minutes each. Through
+the device tool, OUT_DIR is `$OUT` itself: a run's `points` folder one level deeper does not come back.
 Every sweep: seed 0, 3 measured repeats; the fast engine warms and captures every shape in setup, so it
 runs no warm-up repeat; hf-generate has no setup and gets one. Imported into the app by copying the
 folders into data/demo; `python bench/demo_table.py data/demo/h200-*` then gives the set's table for
