@@ -322,6 +322,18 @@ def overlay_demo_runs(tab) -> float:
     return seconds
 
 
+def charts_width(tab, at_least: float, wait_s: float = 30.0) -> float:
+    """The linked charts' drawn width once it reaches `at_least` px (a wider window is said to the page, which
+    redraws them), or, after `wait_s`, the width they have."""
+    end = time.monotonic() + wait_s
+    while True:
+        box = tab.locator(CHART).first.locator("svg").first.bounding_box()
+        drawn = box["width"] if box else 0.0
+        if drawn >= at_least or time.monotonic() > end:
+            return drawn
+        tab.wait_for_timeout(250)
+
+
 def test_demo_pages_open_at_a_link_quickly_and_fill_1440_and_1920_windows(server) -> None:
     with playwright.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -349,6 +361,7 @@ def test_demo_pages_open_at_a_link_quickly_and_fill_1440_and_1920_windows(server
         history_s = timed(tab, lambda: tab.get_by_role("link", name="History", exact=True).first.click(),
                           lambda: tab.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=60_000))
         overlay_s = overlay_demo_runs(tab)
+        widths = {}  # (page, window width) -> the drawn charts' width, px
         for width, height in SIZES:  # what a user sees of each page at both window sizes
             tab.set_viewport_size({"width": width, "height": height})
             for name in ("Run", "New sweep", "History"):
@@ -361,8 +374,12 @@ def test_demo_pages_open_at_a_link_quickly_and_fill_1440_and_1920_windows(server
                     settle(tab)
                 if name == "New sweep":  # its radios load their code late: shoot them drawn, not as placeholders
                     tab.get_by_text("Powers of two", exact=True).wait_for(timeout=30_000)
+                else:  # the linked panels share the window's width: two a row, 480 px more at 1920 (layout)
+                    widths[name, width] = charts_width(tab, at_least=widths.get((name, 1440), 0) + 400)
                 ARTIFACTS.mkdir(exist_ok=True)
                 tab.screenshot(path=str(ARTIFACTS / f"{name.lower().replace(' ', '-')}-{width}x{height}.png"))
         browser.close()
-    print(f"ready: Run {run_s:.2f} s, History {history_s:.2f} s, overlay after the last pick {overlay_s:.2f} s")
+    print(f"ready: Run {run_s:.2f} s, History {history_s:.2f} s, overlay after the last pick {overlay_s:.2f} s; widths {widths}")
+    for name in ("Run", "History"):
+        assert widths[name, 1920] >= widths[name, 1440] + 400, widths
     assert not errors and not failed, (errors, failed)

@@ -470,6 +470,8 @@ def test_the_grid_uses_the_window_width_it_has() -> None:
     table = summary_table(points=3)
     panels = grid_panels(charts.linked_charts(table, analyse(table, None, None), width=780))
     assert {panel["width"] for panel in panels.values()} == {780}
+    overlaid = grid_panels(charts.overlay_charts({"a": table, "b": summary_table(points=4)}, width=780))
+    assert {panel["width"] for panel in overlaid.values()} == {780}  # History's overlay: the same grid
 
 
 def test_present_mode_wraps_a_bottom_legend_into_the_columns_its_panel_holds() -> None:

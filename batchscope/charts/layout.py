@@ -1,4 +1,4 @@
-"""Where things go in the Run page's panels: their size, the rows of marker labels above them, and when
+"""Where things go in the linked panels (Run, History's overlay): their size, the rows of marker labels above them, and when
 a roofline or a capacity line would flatten the measured curve and is left off the scale."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ WIDEST_DEFAULT_WINDOW = PAGE_ROOM + 2 * PANEL_WIDTH + 1  # the widest window who
 
 
 def panel_width(window_width: int | None) -> int:
-    """Each Run-page panel's width for the browser's window: two a row use the width there is (a 1920 px
-    window gets 780 px panels, not 540 px with 480 px left empty), never narrower than at 1440 px."""
+    """Each panel's width (Run, History's overlay) for the browser's window: two a row use the width there is
+    (a 1920 px window gets 780 px panels, not 540 px with 480 px left empty), never narrower than at 1440 px."""
     if not window_width:
         return PANEL_WIDTH
     return max(PANEL_WIDTH, (int(window_width) - PAGE_ROOM) // 2)

@@ -52,8 +52,9 @@ def linked_charts(table: pd.DataFrame, analysis: Any, slo: Any = None, percentil
 
 def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: Mapping[str, Any] | None = None,
                    splits_by_run: Mapping[str, pd.DataFrame] | None = None, slo: Any = None,
-                   percentile: int | None = None, latency_metric: str | None = None) -> dict:
-    """The same panels with several runs overlaid: one colour per run, clickable legend.
+                   percentile: int | None = None, latency_metric: str | None = None, width: int = PANEL_WIDTH) -> dict:
+    """The same panels with several runs overlaid: one colour per run, clickable legend; `width` is each
+    panel's, as in `linked_charts`.
 
     To stay readable with ten runs, each panel keeps one series per run: throughput (with band),
     one latency metric (the SLO's, else ITL), the primary utilisation, and total memory used; only
@@ -79,7 +80,7 @@ def overlay_charts(tables_by_run: Mapping[str, pd.DataFrame], analyses_by_run: M
     capacity = concat(capacities, ["run", "value", "label"]).drop_duplicates(subset=["value"])
     return grid(frames, concat(markers, ["run", "x", "kind", "label"]), concat(tradeoffs, TRADEOFF_COLUMNS),
                  colour_by="run", slo=slo, runs=list(tables_by_run), capacity=capacity, stacked_memory=False,
-                 ticks=axis_values(*tables_by_run.values()), x_title=axis_title(*tables_by_run.values()))
+                 ticks=axis_values(*tables_by_run.values()), x_title=axis_title(*tables_by_run.values()), width=width)
 
 
 def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.DataFrame, colour_by: str,

@@ -11,9 +11,11 @@ from batchscope.analysis import SLO
 from batchscope.analysis.cost import device_type
 from batchscope.analysis.marker import pct
 from batchscope.analysis.regression import NOISE_FLOOR
+from batchscope.charts.layout import panel_width
 from batchscope.store import Store
 from batchscope.ui import answers_view, history_view, overlay_compare, resources
 from batchscope.ui.plain_text import plain
+from batchscope.ui.present_keys import window_width
 from batchscope.ui.run_view import RunData
 
 
@@ -30,7 +32,8 @@ def show_overlay(store: Store, picked: list[str], overlay: dict[str, RunData], s
         {label: data.table for label, data in overlay.items()},
         {label: data.analysis for label, data in overlay.items()},
         {label: data.split for label, data in overlay.items()},
-        slo=slo, percentile=percentile, latency_metric=metric), width="content")
+        slo=slo, percentile=percentile, latency_metric=metric, width=panel_width(window_width("history_window"))),
+        width="content")
     st.markdown("**What each ran on**: compare runs only with these in view.")
     st.dataframe(history_view.fingerprints(overlay), hide_index=True, width="stretch")
     st.markdown("**Side by side**: where each run's knee falls, and how its memory splits.")

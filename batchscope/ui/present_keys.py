@@ -4,11 +4,13 @@ Presentation clickers send PageDown/PageUp (some Space or the arrows), and a pre
 uses the arrows: each key clicks the page's own Next or Previous button, so a key and a click take the
 same path through the page (and a disabled button at either end does nothing). Keys typed into a
 field are left alone. The same small component tells the page the window's size, so present mode can
-size its chart to fit the screen without scrolling.
+size its chart to fit the screen without scrolling, and Run and History's overlay can widen their panels.
 """
 from __future__ import annotations
 
 import streamlit as st
+
+from batchscope.charts.layout import WIDEST_DEFAULT_WINDOW
 
 NEXT_KEYS = ("ArrowRight", "PageDown", " ")
 PREVIOUS_KEYS = ("ArrowLeft", "PageUp")
@@ -81,3 +83,11 @@ def present_keys(next_button: str, previous_button: str, key: str, quiet: Quiet 
                         default={"viewport": None}, on_viewport_change=lambda: None, height=0)
     found = getattr(result, "viewport", None)
     return (int(found[0]), int(found[1])) if isinstance(found, list | tuple) and len(found) == 2 else None
+
+
+def window_width(key: str) -> int | None:
+    """The browser window's width once it has said it (None before, and in tests without a browser), for a page
+    whose chart panels share the width (`charts.layout.panel_width`); `key` is the page's own."""
+    # no buttons: it only reports the window's size, and only one that would change the panels' width
+    found = present_keys("", "", key=key, quiet=(0, WIDEST_DEFAULT_WINDOW, 0, None))
+    return found[0] if found else None

@@ -10,12 +10,12 @@ from streamlit.delta_generator import DeltaGenerator
 from batchscope import charts, timeline
 from batchscope.analysis import SLO
 from batchscope.analysis.cost import at_working_point, device_type, with_cost
-from batchscope.charts.layout import WIDEST_DEFAULT_WINDOW, panel_width
+from batchscope.charts.layout import panel_width
 from batchscope.charts.vega import inline_datasets
 from batchscope.store import Store
 from batchscope.ui import answers_view, export_view, run_view, run_view_tables, tables
 from batchscope.ui.plain_text import plain
-from batchscope.ui.present_keys import present_keys
+from batchscope.ui.present_keys import window_width
 from batchscope.ui.run_cache import made
 
 
@@ -52,7 +52,7 @@ def show_results(store: Store, data: run_view.RunData, progress: dict, slo: SLO 
         st.warning(plain(noisy), icon=":material/ssid_chart:")
     on_gpu = run_view.on_gpu(data.run)
     name, cores = data.run.get("name") or run_id, (data.run.get("env") or {}).get("cpu_count")
-    width = panel_width(window_width())
+    width = panel_width(window_width("run_window"))
     spec = made(data, ("linked", percentile, width, name, cores), lambda: charts.linked_charts(
         data.table, data.analysis, slo, percentile=percentile, memory_split=data.split, run=name,
         per_gpu=data.per_gpu, cpu_cores=cores, on_gpu=on_gpu, width=width))
@@ -107,13 +107,6 @@ def points_table(data: run_view.RunData, price: float | None) -> tuple[pd.DataFr
     """Every point as the table shows it, costed at `price`, and its column configuration."""
     shown = run_view_tables.points_display(with_cost(data.table, price))
     return shown, tables.column_config(shown)
-
-
-def window_width() -> int | None:
-    """The browser window's width once it has said it (None before, and in tests without a browser)."""
-    # no buttons: it only reports the window's size, and only one that would change the panels' width
-    found = present_keys("", "", key="run_window", quiet=(0, WIDEST_DEFAULT_WINDOW, 0, None))
-    return found[0] if found else None
 
 
 def price_control(store: Store, gpu: str, on_gpu: bool = True) -> float | None:
