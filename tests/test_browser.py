@@ -379,7 +379,8 @@ def test_demo_pages_open_at_a_link_quickly_and_fill_1440_and_1920_windows(server
                 ARTIFACTS.mkdir(exist_ok=True)
                 tab.screenshot(path=str(ARTIFACTS / f"{name.lower().replace(' ', '-')}-{width}x{height}.png"))
         browser.close()
-    print(f"ready: Run {run_s:.2f} s, History {history_s:.2f} s, overlay after the last pick {overlay_s:.2f} s; widths {widths}")
+    print(f"ready: Run {run_s:.2f} s, History {history_s:.2f} s, overlay after the last pick {overlay_s:.2f} s; "
+          f"charts' widths {widths}")
     for name in ("Run", "History"):
         assert widths[name, 1920] >= widths[name, 1440] + 400, widths
     assert not errors and not failed, (errors, failed)

@@ -1,5 +1,5 @@
-"""Where things go in the linked panels (Run, History's overlay): their size, the rows of marker labels above them, and when
-a roofline or a capacity line would flatten the measured curve and is left off the scale."""
+"""Where things go in the linked panels (Run, History's overlay): their size, the rows of marker labels above
+them, and when a roofline or a capacity line would flatten the measured curve and is left off the scale."""
 from __future__ import annotations
 
 import math
