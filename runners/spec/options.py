@@ -125,6 +125,13 @@ def _bounds(number: float, name: str, value: Any, least: float | None, most: flo
         raise SpecError(name, f"{name} must be at most {figure(most)}, got {written}")
 
 
+def short_text(text: str, name: str, longest: int = MAX_TEXT) -> str:
+    """`text` when it is at most `longest` characters, refused by its length before any work that reads it."""
+    if len(text) > longest:
+        raise SpecError(name, f"{name} is at most {longest:,} characters, got {len(text):,}")
+    return text
+
+
 def whole(value: Any, name: str, least: int, most: int) -> int:
     """A whole number from JSON or text within its bounds; one written with more digits than any bound
     has is refused by its length, never converted."""
@@ -152,8 +159,8 @@ def number(value: Any, name: str, least: float | None = None, most: float | None
     any text option is refused by its length, as `0000…` thousands of zeros long would otherwise read as 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise SpecError(name, f"not a number: {shown(value)}")
-    if isinstance(value, str) and len(value) > MAX_TEXT:
-        raise SpecError(name, f"{name} is at most {MAX_TEXT:,} characters, got {len(value):,}")
+    if isinstance(value, str):
+        short_text(value, name)
     try:
         result = float(value)
     except OverflowError:  # an integer past every float: past every bound too
@@ -172,9 +179,7 @@ def parse_batch_sizes(value: Any, name: str = "batch_sizes", most: int = MAX_BAT
     """Accept a list, `1,2,4`, or `pow2:LO:HI` (powers of two from LO to HI inclusive), each value from 1 to
     `most` and at most MAX_VALUES of them."""
     if isinstance(value, str):
-        text = value.strip()
-        if len(text) > MAX_TEXT:
-            raise SpecError(name, f"{name} is at most {MAX_TEXT:,} characters, got {len(text):,}")
+        text = short_text(value.strip(), name)
         if text.startswith("pow2:"):
             if ":" not in text[5:]:
                 raise SpecError(name, f"pow2 range must be pow2:LO:HI with 1 ≤ LO ≤ HI: {text!r}")
@@ -215,9 +220,7 @@ def check_option(info: FieldInfo, value: Any) -> Any:
         return parse_batch_sizes([value] if single else value, name, info.most)
     if not isinstance(value, str):
         raise SpecError(name, f"{name} is text, not {_json_type(value)}: {shown(value)}")
-    if len(value) > info.longest:
-        raise SpecError(name, f"{name} is at most {info.longest:,} characters, got {len(value):,}")
-    return value.strip()
+    return short_text(value, name, info.longest).strip()
 
 
 def check_options(infos: Iterable[FieldInfo], values: dict[str, Any], found: dict[str, str]) -> None:
