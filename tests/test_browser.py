@@ -322,6 +322,22 @@ def overlay_demo_runs(tab) -> float:
     return seconds
 
 
+def resize(tab, width: int, height: int) -> None:
+    """Set the window's size and wait for the page to redraw its charts at it before the next click.
+
+    The page says a new width by rerunning itself. A link clicked in the same instant reaches Streamlit's server
+    just before that rerun, and the server folds the two into one rerun of the page the width came from (seen on
+    a busy CI machine: a click on Run left History on screen, its URL unchanged). A user reads the redrawn page
+    before clicking; so does this test."""
+    drawn = f"document.querySelector('{CHART} svg')?.getBoundingClientRect().width"
+    before = tab.evaluate(f"() => {drawn}") if tab.viewport_size["width"] != width else None
+    tab.set_viewport_size({"width": width, "height": height})
+    if before is not None:
+        tab.wait_for_function(f"(before) => {{ const now = {drawn}; return now !== undefined && now !== before; }}",
+                              arg=before, timeout=30_000)
+    settle(tab)
+
+
 def charts_width(tab, at_least: float) -> float:
     """The linked charts' drawn width, px, once it reaches `at_least` (a wider window is said to the page, which
     redraws them) or after 30 s; the caller's assertion shows what it was."""
@@ -363,7 +379,7 @@ def test_demo_pages_open_at_a_link_quickly_and_fill_1440_and_1920_windows(server
         overlay_s = overlay_demo_runs(tab)
         widths = {}  # (page, window width) -> the drawn charts' width, px
         for width, height in SIZES:  # what a user sees of each page at both window sizes
-            tab.set_viewport_size({"width": width, "height": height})
+            resize(tab, width, height)
             for name in ("Run", "New sweep", "History"):
                 tab.get_by_role("link", name=name, exact=True).first.click()
                 tab.get_by_role("heading", name=name, exact=True).wait_for(timeout=60_000)
