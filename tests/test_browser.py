@@ -323,12 +323,8 @@ def overlay_demo_runs(tab) -> float:
 
 
 def resize(tab, width: int, height: int) -> None:
-    """Set the window's size and wait for the page to redraw its charts at it before the next click.
-
-    The page says a new width by rerunning itself. A link clicked in the same instant reaches Streamlit's server
-    just before that rerun, and the server folds the two into one rerun of the page the width came from (seen on
-    a busy CI machine: a click on Run left History on screen, its URL unchanged). A user reads the redrawn page
-    before clicking; so does this test."""
+    """Set the window's size and wait for the page to redraw its charts at it, as a user sees it before clicking on
+    (a link clicked during the resize is test_browser_resize's case)."""
     drawn = f"document.querySelector('{CHART} svg')?.getBoundingClientRect().width"
     before = tab.evaluate(f"() => {drawn}") if tab.viewport_size["width"] != width else None
     tab.set_viewport_size({"width": width, "height": height})

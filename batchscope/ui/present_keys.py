@@ -46,12 +46,21 @@ export default function ({ data, setStateValue }) {
   };
   let timer = null;
   const onResize = () => { clearTimeout(timer); timer = setTimeout(report, 250); };
+  // A size said after a click on a link to another page reruns this page, and the server folds that rerun into
+  // the navigation: the click is lost. A size not said yet is the next page's to say, when its own copy mounts.
+  const onLeave = (event) => {
+    const link = event.target instanceof Element ? event.target.closest("a[href]") : null;
+    if (link && !link.target && link.origin === window.location.origin
+        && link.pathname !== window.location.pathname) clearTimeout(timer);
+  };
   if (window.__batchscopePresentKeys) window.__batchscopePresentKeys(false);
   doc.addEventListener("keydown", onKey);
+  doc.addEventListener("click", onLeave, true);
   window.addEventListener("resize", onResize);
   report();
   const stop = (forget = true) => {
     doc.removeEventListener("keydown", onKey);
+    doc.removeEventListener("click", onLeave, true);
     window.removeEventListener("resize", onResize);
     clearTimeout(timer);
     if (window.__batchscopePresentKeys === stop) window.__batchscopePresentKeys = null;
