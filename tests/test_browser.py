@@ -44,20 +44,28 @@ SERVER_ROOTS: dict[str, Path] = {}  # server url -> its temp folder (DB, runs, l
 
 
 @contextmanager
-def app_server(root: Path) -> Iterator[str]:
-    """`streamlit run app.py` on a free localhost port with its own history DB and runs folder in `root`."""
+def app_process(root: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`streamlit run app.py` on a free localhost port with its own history DB and runs folder in `root` (the demo
+    runs are imported on first start), and its process; it logs to root/streamlit.log."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed")
     env = {"BATCHSCOPE_DB": str(root / "history.duckdb"), "BATCHSCOPE_RUNS": str(root / "runs")}
     url, process, log = serve_app(root, env)
     SERVER_ROOTS[url] = root
     try:
-        yield url
+        yield url, process
     finally:
         SERVER_ROOTS.pop(url, None)
         process.terminate()
         process.wait(timeout=20)
         log.close()
+
+
+@contextmanager
+def app_server(root: Path) -> Iterator[str]:
+    """The app's url, served as `app_process` serves it."""
+    with app_process(root) as (url, _):
+        yield url
 
 
 @pytest.fixture

@@ -9,12 +9,11 @@ the click, as a busy one is, so the outcome does not depend on the machine's spe
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, overlay_demo_runs, serve_app, settle
+from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, app_process, overlay_demo_runs, settle
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.browser
@@ -24,23 +23,8 @@ CLICK_SOON_AFTER_RESIZE = """(path) => window.addEventListener("resize", () => s
     () => document.querySelector(`a[data-testid="stTopNavLink"][href$="${path}"]`).click(), 50), {once: true})"""
 
 
-@pytest.fixture
-def paused_server(tmp_path: Path) -> Iterator[tuple[str, object]]:
-    """The app on a fresh history, and its process (to pause it)."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed")
-    url, process, log = serve_app(tmp_path, {"BATCHSCOPE_DB": str(tmp_path / "history.duckdb"),
-                                             "BATCHSCOPE_RUNS": str(tmp_path / "runs")})
-    yield url, process
-    process.send_signal(signal.SIGCONT)
-    process.terminate()
-    process.wait(timeout=20)
-    log.close()
-
-
-def test_a_link_clicked_as_the_window_widens_opens_its_page_at_the_new_width(paused_server) -> None:
-    url, process = paused_server
-    with playwright.sync_playwright() as driver:
+def test_a_link_clicked_as_the_window_widens_opens_its_page_at_the_new_width(tmp_path: Path) -> None:
+    with app_process(tmp_path) as (url, process), playwright.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         tab = browser.new_page(viewport={"width": 1440, "height": 900})
         tab.goto(f"{url}/history")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.runner_helpers import REPO
-from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, serve_app
+from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, app_process
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.browser
@@ -28,15 +28,9 @@ UPSTREAM_PROBE = re.compile(r"^/(run|history|explain|new_sweep)/_stcore/(health|
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """The app on a fresh history (the demo runs are imported on first start), and its log file."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed")
-    url, process, log = serve_app(tmp_path, {"BATCHSCOPE_DB": str(tmp_path / "history.duckdb"),
-                                             "BATCHSCOPE_RUNS": str(tmp_path / "runs")})
-    yield url, tmp_path / "streamlit.log"
-    process.terminate()
-    process.wait(timeout=20)
-    log.close()
+    """The app on a fresh history, and its log file."""
+    with app_process(tmp_path) as (url, _):
+        yield url, tmp_path / "streamlit.log"
 
 
 def test_the_shipped_config_watches_no_files() -> None:
