@@ -32,6 +32,7 @@ ARTIFACTS = REPO / "test-artifacts"
 PANEL_TITLES = ("output tokens/s", "latency (ms, log)", "utilisation (%)", "memory (GiB)")
 SWEEP_TIMEOUT_MS = 300_000  # generous: CI machines are slower and busier than a desk
 CHART = '[data-testid="stVegaLiteChart"]'
+FIRST_CHART_WIDTH = f"document.querySelector('{CHART} svg')?.getBoundingClientRect().width"  # JS: px, or undefined
 
 
 def free_port() -> int:
@@ -333,22 +334,19 @@ def overlay_demo_runs(tab) -> float:
 def resize(tab, width: int, height: int) -> None:
     """Set the window's size and wait for the page to redraw its charts at it, as a user sees it before clicking on
     (a link clicked during the resize is test_browser_resize's case)."""
-    drawn = f"document.querySelector('{CHART} svg')?.getBoundingClientRect().width"
-    before = tab.evaluate(f"() => {drawn}") if tab.viewport_size["width"] != width else None
+    before = tab.evaluate(f"() => {FIRST_CHART_WIDTH}") if tab.viewport_size["width"] != width else None
     tab.set_viewport_size({"width": width, "height": height})
     if before is not None:
-        tab.wait_for_function(f"(before) => {{ const now = {drawn}; return now !== undefined && now !== before; }}",
-                              arg=before, timeout=30_000)
+        redrawn = f"(before) => {{ const now = {FIRST_CHART_WIDTH}; return now !== undefined && now !== before; }}"
+        tab.wait_for_function(redrawn, arg=before, timeout=30_000)
     settle(tab)
 
 
 def charts_width(tab, at_least: float) -> float:
     """The linked charts' drawn width, px, once it reaches `at_least` (a wider window is said to the page, which
     redraws them) or after 30 s; the caller's assertion shows what it was."""
-    wide = f"(least) => {{ const svg = document.querySelector('{CHART} svg');" \
-           " return svg !== null && svg.getBoundingClientRect().width >= least; }"
     try:
-        tab.wait_for_function(wide, arg=at_least, timeout=30_000)
+        tab.wait_for_function(f"(least) => ({FIRST_CHART_WIDTH} || 0) >= least", arg=at_least, timeout=30_000)
     except playwright.TimeoutError:
         pass
     return tab.locator(CHART).first.locator("svg").first.bounding_box()["width"]

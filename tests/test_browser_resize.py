@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, app_process, overlay_demo_runs, settle
+from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, app_process, charts_width, overlay_demo_runs, settle
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.browser
@@ -45,6 +45,5 @@ def test_a_link_clicked_as_the_window_widens_opens_its_page_at_the_new_width(tmp
             raise AssertionError(f"the click on Run was lost: the page stayed at {tab.url}") from lost
         assert "/run" in tab.url and "/history" not in tab.url, tab.url
         # the size History did not say, the Run page says when it opens: its panels take the wider window
-        tab.wait_for_function(f"(least) => (document.querySelector('{CHART} svg')?.getBoundingClientRect().width"
-                              " || 0) >= least", arg=narrow + 400, timeout=60_000)
+        assert charts_width(tab, at_least=narrow + 400) >= narrow + 400, narrow
         browser.close()
