@@ -86,6 +86,18 @@ def test_non_monotone_latency_is_flagged() -> None:
     assert any(n.startswith("Smaller batch(es) 2 miss the SLO although batch 4 meets it") for n in result.notes)
 
 
+def test_a_cliff_between_two_noisy_flats_grows_and_the_limit_is_the_last_point_before_it() -> None:
+    # a CI run's dense sweep (3 slots, closed loop of 3…6 clients): the median TTFT dips by noise from 3 to 4
+    # clients and from 5 to 6, and jumps by a round between 4 and 5; two dips outnumber one jump
+    clients = [3, 4, 5, 6]
+    points = make_points(clients, [3477, 3260, 2587, 3160], ttft_ms_p50=[2.5, 1.6, 569.6, 506.7],
+                         sweep_axis="concurrency", sweep_value=[float(c) for c in clients])
+    result = analyse(points, None, None, SLO("ttft", 50, 127))
+    assert result.slo_limit.x == 4 and result.slo_limit.sentence.endswith(
+        "concurrency 5 takes 570 ms (latency grows along concurrency).")
+    assert not any("latency is not monotone" in note for note in result.notes)
+
+
 def test_along_max_num_seqs_at_a_fixed_rate_latency_falls_and_the_working_point_is_found() -> None:
     # 4 req/s offered: more slots queue less, so P95 TTFT falls; throughput rises until the slots carry the
     # load, then holds (8 → 16 adds 1 %: the plateau starts at 8)

@@ -27,11 +27,14 @@ class SLOCall:
 
 def direction(curve: pd.DataFrame, slo: SLO) -> str:
     """ "grows" or "falls": which way the SLO's latency goes along the axis, read from the points (the
-    sign of the sum of its steps). It grows with batch size, concurrency or arrival rate; along
-    max_num_seqs at a fixed rate it falls (more slots, less queueing)."""
+    sign of the sum of its steps: last minus first). It grows with batch size, concurrency or arrival rate;
+    along max_num_seqs at a fixed rate it falls (more slots, less queueing).
+
+    The size of the steps decides, not how many go each way: a cliff of +500 ms between two flat stretches
+    that each dip by a millisecond of noise still grows (a count of steps read it as falling, and put the
+    SLO limit at the smallest point that meets it)."""
     latency = curve[slo.column].dropna() if slo.column in curve else pd.Series(dtype=float)
-    steps = latency.diff().dropna()
-    return "falls" if len(steps) and (steps < 0).sum() > (steps > 0).sum() else "grows"
+    return "falls" if len(latency) > 1 and latency.iloc[-1] < latency.iloc[0] else "grows"
 
 
 def along(axis: SweepAxis, way: str) -> str:
