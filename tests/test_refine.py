@@ -74,6 +74,17 @@ def test_an_arrival_rate_is_halved_geometrically_until_within_the_tolerance() ->
     assert next_point(done, target, 0.01, whole=False).x == 5.3  # √(5.2·5.4) = 5.299 → 5.3
 
 
+def test_where_latency_falls_the_slo_bracket_ends_at_the_smallest_value_that_meets_it() -> None:
+    # max_num_seqs at 4 req/s: more slots queue less; 600 ms at 8 breaks a 500 ms P95 TTFT, 300 ms at 16 meets it
+    target = Target("ttft", 95, 500.0)
+    latency = {1: 9000.0, 2: 4000.0, 4: 1500.0, 8: 600.0, 16: 300.0, 32: 250.0}
+    points = [Seen(m, True, 1000.0, ms) for m, ms in latency.items()]  # flat throughput: no knee to refine
+    assert brackets(points, target) == [("slo", 8, 16)]
+    assert next_point(points, target, 0.05, whole=True) == Proposal(12, "slo", 8, 16)
+    points.append(Seen(12, True, 1000.0, 450.0))  # meets: the bracket is now 8–12
+    assert next_point(points, target, 0.05, whole=True) == Proposal(10, "slo", 8, 12)
+
+
 def test_a_failed_midpoint_or_neighbours_end_a_bracket() -> None:
     target = Target("ttft", 95, 100.0)
     points = [Seen(4, True, 400.0, 50.0), Seen(8, True, 800.0, 150.0), Seen(6, False)]  # 6 ran out of memory
@@ -97,6 +108,9 @@ def test_no_bracket_when_every_point_meets_none_meets_or_throughput_still_rises(
     ([100 * b for b in POW2], E2E_P95, 50.0),  # nothing meets; throughput never flattens
     ([1000.0] * 9, E2E_P95, 5000.0),  # flat from the start; everything meets
     ([100, 180, 300, 420, 470, 490, 560, 565, 566], [10, 20, 40, 80, 160, 150, 300, 600, 1200], 155.0),  # dips
+    (SATURATING, [2.5, 1.6, 1.5, 1.4, 570, 560, 555, 550, 507], 127.0),  # a cliff between flats that dip: 8
+    ([200, 380, 700, 1000, 1010, 1012, 1013, 1013, 1014], [9000, 4000, 1500, 600, 300, 250, 240, 230, 220],
+     500.0),  # latency falls (max_num_seqs at a fixed rate): the smallest that meets, 16
 ])
 def test_the_runner_rule_agrees_with_the_apps_knee_and_slo(tput: list[float], latency: list[float],
                                                             ms: float) -> None:

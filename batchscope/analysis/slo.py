@@ -8,7 +8,7 @@ import pandas as pd
 
 from batchscope.analysis.axis import BATCH, SweepAxis
 from batchscope.analysis.marker import Marker, num
-from runners.spec.slo import METRIC_NAMES, SLO
+from runners.spec.slo import METRIC_NAMES, SLO, latency_falls
 
 __all__ = ["METRIC_NAMES", "SLO", "SLOCall", "along", "direction", "meets", "slo_limit"]
 
@@ -26,15 +26,10 @@ class SLOCall:
 
 
 def direction(curve: pd.DataFrame, slo: SLO) -> str:
-    """ "grows" or "falls": which way the SLO's latency goes along the axis, read from the points (the
-    sign of the sum of its steps: last minus first). It grows with batch size, concurrency or arrival rate;
-    along max_num_seqs at a fixed rate it falls (more slots, less queueing).
-
-    The size of the steps decides, not how many go each way: a cliff of +500 ms between two flat stretches
-    that each dip by a millisecond of noise still grows (a count of steps read it as falling, and put the
-    SLO limit at the smallest point that meets it)."""
-    latency = curve[slo.column].dropna() if slo.column in curve else pd.Series(dtype=float)
-    return "falls" if len(latency) > 1 and latency.iloc[-1] < latency.iloc[0] else "grows"
+    """ "grows" or "falls": which way the SLO's latency goes along the axis (runners.spec.slo.latency_falls,
+    the rule refinement brackets by too)."""
+    latencies = curve[slo.column].dropna().tolist() if slo.column in curve else []
+    return "falls" if latency_falls(latencies) else "grows"
 
 
 def along(axis: SweepAxis, way: str) -> str:

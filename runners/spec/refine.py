@@ -5,7 +5,9 @@ and the app checks its own rules against this one on the same curves (tests/test
 
 Two brackets are narrowed, the SLO's first, each by measuring its midpoint:
 - SLO: between the largest ok value whose latency percentile meets the SLO and the next ok value,
-  which breaks it (the app's SLO limit, batchscope.analysis.slo.slo_limit);
+  which breaks it (the app's SLO limit, batchscope.analysis.slo.slo_limit); where latency falls along the
+  axis (max_num_seqs at a fixed rate, runners.spec.slo.latency_falls), between the smallest value that meets
+  it and the one before;
 - knee: between the value before the plateau and the plateau's start, where throughput stops adding
   PLATEAU_GAIN per doubling (the app's plateau rule, batchscope.analysis.knee.plateau, whose `limit`
   is this start whether or not noise lets it call the marker).
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runners.spec.options import copy_given, record
-from runners.spec.slo import SLO, parse_slo
+from runners.spec.slo import SLO, latency_falls, parse_slo
 from runners.spec.sweep import SweepSpec
 
 PLATEAU_GAIN = 0.10  # the app's default plateau threshold (batchscope.analysis.knee.plateau)
@@ -57,9 +59,12 @@ def _curve(seen: list[Seen]) -> list[Seen]:
 
 
 def slo_index(curve: list[Seen], target: SLO) -> int | None:
-    """Index of the largest value whose latency meets the target (a missing latency never meets it)."""
+    """Index of the SLO limit: the largest value whose latency meets the target, or the smallest where
+    latency falls along the axis (a missing latency never meets it)."""
     meets = [i for i, s in enumerate(curve) if s.latency_ms is not None and s.latency_ms <= target.ms]
-    return meets[-1] if meets else None
+    if not meets:
+        return None
+    return meets[0] if latency_falls(s.latency_ms for s in curve) else meets[-1]
 
 
 def plateau_index(curve: list[Seen], gain: float = PLATEAU_GAIN) -> int | None:
@@ -83,8 +88,11 @@ def brackets(seen: list[Seen], target: SLO | None, gain: float = PLATEAU_GAIN) -
     curve = _curve(seen)
     found = []
     limit = slo_index(curve, target) if target is not None else None
-    if limit is not None and limit + 1 < len(curve):
-        found.append(("slo", curve[limit].x, curve[limit + 1].x))
+    if limit is not None:
+        beyond = limit - 1 if latency_falls(s.latency_ms for s in curve) else limit + 1
+        if 0 <= beyond < len(curve):
+            lo, hi = sorted((curve[limit].x, curve[beyond].x))
+            found.append(("slo", lo, hi))
     start = plateau_index(curve, gain)
     if start:  # a plateau from the smallest value has nothing below it to narrow
         found.append(("knee", curve[start - 1].x, curve[start].x))

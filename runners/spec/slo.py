@@ -3,6 +3,8 @@ the goodput SLO names its metric, and the app marks it, judges points against it
 and keeps it in a link (`ttft:95:500`). Torch-free and standard library only."""
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -52,6 +54,18 @@ class SLO:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def latency_falls(latencies: Iterable[float | None]) -> bool:
+    """Whether an SLO's latency falls along a sweep's axis (the points in axis order): the last known value
+    below the first, the sign of the sum of the steps. It grows with batch size, concurrency or arrival rate;
+    along max_num_seqs at a fixed rate it falls (more slots, less queueing).
+
+    The size of the steps decides, not how many go each way: a cliff of +500 ms between two flat stretches that
+    each dip by a millisecond of noise still grows (a count of steps read it as falling, and put the SLO limit at
+    the smallest point that meets it)."""
+    known = [v for v in latencies if v is not None and not math.isnan(v)]
+    return len(known) > 1 and known[-1] < known[0]
 
 
 def parse_slo(text: str, name: str = "refine_slo") -> SLO:

@@ -172,7 +172,8 @@ class SweepSpec:
     refine_points: int = option(0, label="Points to add by refinement", group=REFINE, least=0,
                                 most=MAX_REFINE_POINTS,
                                 help="at most this many added points (default 0: none): first between the "
-                                     "largest value meeting --refine-slo and the next, which breaks it, then "
+                                     "SLO limit of --refine-slo (the largest value meeting it; the smallest where "
+                                     "latency falls along the axis) and its neighbour, which breaks it, then "
                                      "between the value before the throughput plateau and its start")
     refine_slo: str = option("", label="Refinement SLO", group=REFINE,
                              help="the latency SLO whose limit to bracket, METRIC:PERCENTILE:MS (ttft, itl or "
