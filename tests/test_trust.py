@@ -50,6 +50,9 @@ def test_outlier_steps_and_warm_up_drift() -> None:
     assert outlier_finding(0, 500).level == "trusted"
     assert outlier_finding(3, 1000).level == "caution"  # 0.3 % of the steps
     assert outlier_finding(20, 1000).level == "untrusted"  # 2 %
+    # a reason is a sentence that starts with a word, as the Run page's "level: Reason" cell reads it
+    assert outlier_finding(1, 18).sentence == ("Measured steps over 5× the median of like steps: 1 of 18 (a compile, "
+                                               "autotune or allocation inside a measured step).")
     # last vs first ÷ median: (1100 − 1000) / 1050 = 9.5 % caution, faster: still warming up
     found = drift_finding([1000, 1050, 1100])
     assert found.level == "caution" and "9.5 % faster" in found.sentence and "warming up" in found.sentence
@@ -73,6 +76,7 @@ def test_tokens_host_clock_and_processes() -> None:
     assert clock_finding(1700, 1980, "sw_power_cap", 0.08).level == "caution"
     assert clock_finding(1900, 1980, "hw_thermal,sw_power_cap", 0.0).level == "untrusted"
     assert processes_finding(1, 1).level == "trusted" and processes_finding(3, 1).level == "caution"
+    assert processes_finding(3, 1).sentence.startswith("Processes that held the GPU during this point: 3, 1 of them")
 
 
 def test_a_metrics_verdict_is_its_worst_check_with_the_doubtful_reasons_worst_first() -> None:

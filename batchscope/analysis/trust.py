@@ -114,8 +114,8 @@ def outlier_finding(outliers: int, steps: int | None) -> Finding:
     share = outliers / steps if steps else None
     level = "untrusted" if share is None or share > OUTLIER_UNTRUSTED else "caution"
     of = f" of {steps:,}" if steps else ""
-    return Finding("outlier steps", level, f"{outliers:,}{of} measured steps took over 5× the median of like steps "
-                                           f"(a compile, autotune or allocation inside a measured step).")
+    return Finding("outlier steps", level, f"Measured steps over 5× the median of like steps: {outliers:,}{of} (a "
+                                           f"compile, autotune or allocation inside a measured step).")
 
 
 def drift_finding(tput: list[float]) -> Finding | None:
@@ -206,7 +206,7 @@ def measured_interval_finding(point: pd.Series, draws: int) -> Finding:
 
 def processes_finding(listed: int, ranks: int) -> Finding:
     if listed > ranks:
-        return Finding("other processes", "caution", f"{listed} processes held the GPU during this point, "
+        return Finding("other processes", "caution", f"Processes that held the GPU during this point: {listed}, "
                                                      f"{ranks} of them this sweep's: if another computed, it took "
                                                      f"GPU time from the sweep.")
     return Finding("other processes", "trusted", "No other process held the GPU.")
