@@ -100,6 +100,12 @@ def run_body(live_at_start: bool) -> None:
     except KeyError:
         st.error(plain(f"Run {run_id} has disappeared from the history."))
         return
+    live = run_view.is_live(progress)
+    if live_at_start and not live:
+        # finished: redraw once without the refresh timer, before this tick draws anything. A rerun asked for
+        # after the outcome is on screen would fold into a link the user clicks on seeing it (Streamlit keeps
+        # the newer request's page), and the click would be lost.
+        st.rerun(scope="app")
     data = resources.load_run(run_id, slo)
     if data is None:
         st.error(plain(f"Run {run_id} has disappeared from the history."))
@@ -116,7 +122,6 @@ def run_body(live_at_start: bool) -> None:
     if accuracy:
         st.caption(plain(f"Accuracy vs bfloat16: {accuracy}"))
     quant_error_view.show(store, run_id)
-    live = run_view.is_live(progress)
     if progress.get("state") in run_view.LIVE_STATES:
         show_progress(progress, data.run.get("spec") or {}, len(data.table))
     else:
@@ -126,8 +131,6 @@ def run_body(live_at_start: bool) -> None:
     run_sections.show_results(store, data, progress, slo, percentile)
     run_sections.show_timeline(store, data)
     run_sections.show_fingerprint(data)
-    if live_at_start and not live:
-        st.rerun(scope="app")  # finished: redraw once without the refresh timer
 
 
 def guarded_body(live_at_start: bool) -> None:

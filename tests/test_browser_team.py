@@ -164,6 +164,11 @@ def test_sign_in_roles_ownership_and_audit(team_server: Served, browser) -> None
     root.get_by_role("button", name="Delete…").click()
     settle(root)
     root.get_by_role("button", name="Yes, delete").click()
+    # the run leaves the table before the next click, as a user sees it go: a link clicked while the delete
+    # still runs is folded into the page's own rerun after it (Streamlit keeps the newer request's page), and
+    # under load the 400 ms of `settle` ended before that rerun began (the Audit heading never came)
+    root.locator('[data-testid="stDataFrame"] td', has_text="renamed by root").first.wait_for(
+        state="detached", timeout=60_000)
     settle(root)
     root.get_by_role("link", name="Audit").first.click()
     root.get_by_role("heading", name="Audit").wait_for()
