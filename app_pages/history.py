@@ -8,7 +8,8 @@ import streamlit as st
 
 from batchscope.analysis import SLO
 from batchscope.team import actions
-from batchscope.ui import history_sections, history_view, overlay_url, resources, tables, team_view
+from batchscope.ui import (history_manage, history_sections, history_view, overlay_url, resources, tables,
+                           team_view)
 from batchscope.ui.plain_text import plain
 from batchscope.ui.slo_control import Keys, latency_choice, slo_control
 
@@ -94,43 +95,5 @@ if not managed:  # the actions below check again on the server: hiding them is o
 labels_every = history_view.overlay_labels(all_runs, managed)
 target = st.selectbox("Run", list(labels_every), format_func=lambda rid: f"{labels_every[rid]} — {rid}",
                       key="manage_run")
-rename_col, delete_col = st.columns(2)
-with rename_col:
-    new_name = st.text_input("New name", key="rename_text")
-    if st.button("Rename", key="rename_button", icon=":material/edit:", disabled=bool(store.read_only),
-                 help=store.read_only):
-        problem = history_view.rename_problem(new_name)
-        if problem:
-            st.error(problem)
-        else:
-            try:
-                actions.rename(store, user, target, new_name)
-            except actions.NotAllowed as refused:
-                st.error(plain(str(refused)))
-                st.stop()
-            st.toast(plain(f"Renamed to {new_name.strip()!r}."))
-            st.rerun()
-with delete_col:
-    also_folder = st.checkbox("Also delete its run folder on disk", key="delete_folder")
-    if st.session_state.get("confirm_delete") != target:
-        if st.button("Delete…", key="delete_button", icon=":material/delete:", disabled=bool(store.read_only),
-                     help=store.read_only):
-            st.session_state["confirm_delete"] = target
-            st.rerun()
-    else:
-        st.warning(plain(f"Delete {labels_every[target]} ({target}) from the history"
-                         f"{' and its folder' if also_folder else ''}? This cannot be undone."))
-        yes_col, no_col = st.columns(2)
-        if yes_col.button("Yes, delete", type="primary", key="delete_confirm"):
-            try:
-                actions.delete(resources.jobs(), user, target, delete_folder=also_folder)
-            except (ValueError, actions.NotAllowed) as problem:
-                st.error(plain(str(problem)))
-            else:
-                st.session_state.pop("confirm_delete", None)
-                st.toast(plain(f"Deleted {target}."))
-                st.rerun()
-        if no_col.button("Keep it", key="delete_cancel"):
-            st.session_state.pop("confirm_delete", None)
-            st.rerun()
+history_manage.show_manage(store, user, target, labels_every[target])
 show_import()
