@@ -87,8 +87,9 @@ def test_non_monotone_latency_is_flagged() -> None:
 
 
 def test_a_cliff_between_two_noisy_flats_grows_and_the_limit_is_the_last_point_before_it() -> None:
-    # a CI run's dense sweep (3 slots, closed loop of 3…6 clients): the median TTFT dips by noise from 3 to 4
-    # clients and from 5 to 6, and jumps by a round between 4 and 5; two dips outnumber one jump
+    # test_refine_sweep's dense sweep made beside six busy loops (3 slots, closed loop of 3…6 clients), the shape a
+    # CI run failed on: the median TTFT dips by noise from 3 to 4 clients and from 5 to 6, and jumps by a round
+    # between 4 and 5; two dips outnumber one jump
     clients = [3, 4, 5, 6]
     points = make_points(clients, [3477, 3260, 2587, 3160], ttft_ms_p50=[2.5, 1.6, 569.6, 506.7],
                          sweep_axis="concurrency", sweep_value=[float(c) for c in clients])
