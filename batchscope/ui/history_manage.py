@@ -15,6 +15,7 @@ from batchscope.ui import history_view, resources
 from batchscope.ui.plain_text import plain
 
 CONFIRM = "confirm_delete"  # the run whose deletion waits for "Yes, delete"
+RENAME_TEXT = "rename_text"  # kept after a refused rename, to be fixed; cleared after a done one
 PROBLEM = "manage_problem"  # why the last rename or delete did nothing, said once under the buttons
 
 
@@ -22,7 +23,7 @@ def show_manage(store: Store, user: User, target: str, label: str) -> None:
     """Rename `target`, or delete it after a confirmation (with its folder when asked)."""
     rename_col, delete_col = st.columns(2)
     with rename_col:
-        st.text_input("New name", key="rename_text")
+        st.text_input("New name", key=RENAME_TEXT)
         st.button("Rename", key="rename_button", icon=":material/edit:", disabled=bool(store.read_only),
                   help=store.read_only, on_click=_rename, args=(store, user, target))
     with delete_col:
@@ -47,7 +48,7 @@ def _ask(target: str) -> None:
 
 
 def _rename(store: Store, user: User, target: str) -> None:
-    new_name = st.session_state.get("rename_text", "")
+    new_name = st.session_state.get(RENAME_TEXT, "")
     problem = history_view.rename_problem(new_name)
     if problem is None:
         try:
@@ -56,6 +57,7 @@ def _rename(store: Store, user: User, target: str) -> None:
             problem = str(refused)
         else:
             st.toast(plain(f"Renamed to {new_name.strip()!r}."))
+            st.session_state[RENAME_TEXT] = ""  # done: the field is ready for the next run's name
     st.session_state[PROBLEM] = problem
 
 
