@@ -34,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from runners.cli import spec_of_options  # noqa: E402 - the repo root first, as `python3 bench/demo_set.py` runs
+from runners.spec.sweep import DTYPE_SHORT  # noqa: E402
 
 CHAT = ("--prompt-len", "lognormal:512:0.6", "--output-len", "lognormal:256:0.5")
 LONG = ("--prompt-len", "lognormal:8192:0.3", "--output-len", "fixed:256")
@@ -86,7 +87,7 @@ def static(model: str, dtype: str, workload: str, batches: str, bound_s: int, la
     """A static fast-engine sweep of one model, dtype and workload, on one GPU or two (`layout`)."""
     shape = {"chat": CHAT, "long": LONG}[workload]
     options, where, gpus = LAYOUTS[layout]
-    short = {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, dtype)
+    short = DTYPE_SHORT.get(dtype, dtype)
     return Sweep(f"fast-{model}-{short}-{workload}{'-' + layout if layout else ''}",
                  f"{model.upper()} fast · {workload} · {short}{where}",
                  (*FAST, "--model", MODELS[model], "--dtype", dtype, "--batch-sizes", batches, *shape, *COMMON,

@@ -143,6 +143,10 @@ def test_history_helpers_filter_label_and_refuse_bad_input() -> None:
     labels = history_view.overlay_labels(runs, ["a", "b", "c"])
     assert labels == {"a": "x · float32 · cpu", "b": "x · float32 · cpu [b]", "c": "y · H200"}
     assert history_view.runs_display(runs)["name"].tolist() == ["x", "x (demo)", "y"]
+    named = pd.DataFrame({"run_id": ["q", "h", "s"], "name": ["8B · fp8", "1B · BF16", "8B · fp8-dynamic"],
+                          "dtype": ["fp8", "bfloat16", "fp8"], "gpu": ["H200"] * 3})
+    assert history_view.overlay_labels(named, ["q", "h", "s"]) == {  # the dtype once, in the name's words
+        "q": "8B · fp8 · H200", "h": "1B · BF16 · H200", "s": "8B · fp8-dynamic · fp8 · H200"}
     assert history_view.overlay_problem(list("abcdefghijk")).startswith("overlay at most 10")
     assert history_view.overlay_problem(["a", "b"]) is None
     assert history_view.rename_problem("  ") and history_view.rename_problem("ok") is None

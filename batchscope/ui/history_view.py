@@ -19,6 +19,7 @@ from batchscope.ui.overlay_compare import at_point, compared
 from batchscope.ui.run_view import RunData
 from batchscope.ui.tables import decimals
 from batchscope.units import GiB
+from runners.spec.sweep import DTYPE_SHORT
 
 FILTER_COLUMNS = {"model": "model", "dtype": "dtype", "gpu": "GPU / device", "engine": "engine",
                   "state": "status"}
@@ -48,18 +49,29 @@ def runs_display(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def overlay_labels(runs: pd.DataFrame, run_ids: list[str]) -> dict[str, str]:
-    """A legend label per run (`name · dtype · GPU`), made unique so two runs never share a colour."""
+    """A legend label per run (`name · dtype · GPU`), made unique so two runs never share a colour. The dtype is
+    left out where the name already says it ("8B · fp8", "1B · bf16"), so a label never reads "fp8 · fp8"."""
     by_id = runs.set_index("run_id")
     labels: dict[str, str] = {}
     for run_id in run_ids:
         row = by_id.loc[run_id] if run_id in by_id.index else None
         parts = [] if row is None else [str(row[c]) for c in ("name", "dtype", "gpu")
                                         if c in row and pd.notna(row[c]) and str(row[c])]
+        if row is not None and "dtype" in row and _name_says_dtype(str(row.get("name", "")), row["dtype"]):
+            parts.remove(str(row["dtype"]))
         label = " · ".join(parts) or run_id
         if label in labels.values():
             label = f"{label} [{run_id}]"
         labels[run_id] = label
     return labels
+
+
+def _name_says_dtype(name: str, dtype: object) -> bool:
+    """Whether one of the name's " · " words is the dtype or its short form (bfloat16 → bf16)."""
+    if not isinstance(dtype, str) or not dtype:
+        return False
+    words = {word.strip().lower() for word in name.split("·")}
+    return bool(words & {dtype.lower(), DTYPE_SHORT.get(dtype, dtype).lower()})
 
 
 def overlay_problem(run_ids: list[str]) -> str | None:

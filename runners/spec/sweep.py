@@ -21,6 +21,7 @@ from runners.spec.slo import MAX_LATENCY_MS, SLO_METRICS
 from runners.workload import distributions
 
 DTYPES = ("float32", "bfloat16", "float16", *QUANT_DTYPES)
+DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # as run names write them; others as is
 ON_OOM = ("stop", "continue")
 APIS = ("auto", "completions", "chat")
 PROMPT_FORMATS = ("auto", "ids", "text")
