@@ -55,21 +55,19 @@ def overlay_labels(runs: pd.DataFrame, run_ids: list[str]) -> dict[str, str]:
     labels: dict[str, str] = {}
     for run_id in run_ids:
         row = by_id.loc[run_id] if run_id in by_id.index else None
-        parts = [] if row is None else [str(row[c]) for c in ("name", "dtype", "gpu")
-                                        if c in row and pd.notna(row[c]) and str(row[c])]
-        if row is not None and "dtype" in row and _name_says_dtype(str(row.get("name", "")), row["dtype"]):
-            parts.remove(str(row["dtype"]))
-        label = " · ".join(parts) or run_id
+        parts = {} if row is None else {c: str(row[c]) for c in ("name", "dtype", "gpu")
+                                        if c in row and pd.notna(row[c]) and str(row[c])}
+        if "dtype" in parts and _name_says_dtype(parts.get("name", ""), parts["dtype"]):
+            del parts["dtype"]
+        label = " · ".join(parts.values()) or run_id
         if label in labels.values():
             label = f"{label} [{run_id}]"
         labels[run_id] = label
     return labels
 
 
-def _name_says_dtype(name: str, dtype: object) -> bool:
+def _name_says_dtype(name: str, dtype: str) -> bool:
     """Whether one of the name's " · " words is the dtype or its short form (bfloat16 → bf16)."""
-    if not isinstance(dtype, str) or not dtype:
-        return False
     words = {word.strip().lower() for word in name.split("·")}
     return bool(words & {dtype.lower(), DTYPE_SHORT.get(dtype, dtype).lower()})
 
