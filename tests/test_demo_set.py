@@ -70,10 +70,9 @@ NOT_MADE_YET = {"served-8b-bf16-chat"}
 MEASURED_ONCE = dict.fromkeys(MEASURE_KEYS)  # made before a point was measured until known: no such options
 MADE_WITH_EARLIER_OPTIONS = {
     "cont-8b-bf16-chat-rate": {"num_requests": 64, **MEASURED_ONCE},
-    **{name: MEASURED_ONCE for name in ("cont-8b-bf16-chat-seqs", "hf-1b-bf16-chat", "fast-8b-fp8-chat",
-                                        "fast-8b-int8-chat", "fast-8b-bf16-chat-tp2", "fast-8b-bf16-chat-rep2",
-                                        "fast-8b-bf16-long", "fast-8b-fp16-chat", "fast-1b-fp16-chat",
-                                        "fast-8b-fp16-long", "fast-1b-fp16-long")},
+    **{name: MEASURED_ONCE for name in ("cont-8b-bf16-chat-seqs", "hf-1b-bf16-chat", "fast-8b-bf16-chat-tp2",
+                                        "fast-8b-bf16-chat-rep2", "fast-1b-fp16-chat", "fast-8b-fp16-long",
+                                        "fast-1b-fp16-long")},
     # six measured runs at most a point, before static sweeps took up to twelve
     **{name: {"max_draws": 6} for name in ("fast-8b-bf16-chat", "fast-1b-bf16-chat", "fast-1b-bf16-long")},
 }
