@@ -104,8 +104,8 @@ def continuous(part: str, sweep_options: tuple[str, ...], bound_s: int, label: s
 def open_loop_draws(most: int) -> tuple[str, ...]:
     """Poisson arrivals: a draw is a new set of requests, whose lengths set its throughput (a replay repeats it
     within 0.01 %, docs/benchmarks.md). On the 2026-12-05 H200 draws of 64 requests spread ≈ 5–6 % and of 128
-    requests ≈ 5 % at 16 slots, so ± 5 % takes up to 8 draws: 128 requests a draw, no replay (the budget goes
-    to draws), at most `most` draws."""
+    requests ≈ 5 % at 16 slots, which the `queue` method's model of the slots predicts within 1.5 % (docs/trust.md):
+    128 requests a draw, no replay (the budget goes to draws), at most `most` draws where the model misses."""
     return ("--num-requests", "128", "--replays", "0", "--max-draws", str(most))
 
 

@@ -1,7 +1,8 @@
-"""How far each measured draw of a static run was from the step-time model's prediction, and the interval
-the `model` method (runners/metrics/interval.py) gives from those draws, beside Student's t over the draws
-alone. Reads a run folder only (old runs too: each repeat was a new draw), so it shows what measuring until
-known would have said of a shipped run, and docs/benchmarks.md quotes it for a fresh one.
+"""How far each measured draw of a static run, or of an open-loop continuous run, was from its model's
+prediction, and the interval the `model` method (runners/metrics/interval.py) or the `queue` method
+(runners/metrics/open_loop.py) gives from those draws, beside Student's t over the draws alone. Reads a run
+folder only (old runs too: each repeat was a new draw), so it shows what measuring until known would have said
+of a shipped run, and docs/benchmarks.md quotes it for a fresh one.
 
     python3 bench/interval_from_run.py data/demo/h200-fast-8b-bf16-chat
 """
@@ -14,7 +15,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runners.metrics.interval import StaticDraw, by_draws, host_draws, static_interval  # noqa: E402
+from runners.metrics.interval import Interval, StaticDraw, by_draws, host_draws, static_interval  # noqa: E402
+from runners.metrics.open_loop import open_loop_interval  # noqa: E402
+from runners.metrics.open_loop import host_draws as open_loop_host_draws  # noqa: E402
 from runners.spec import SweepSpec  # noqa: E402
 
 
@@ -31,19 +34,34 @@ def point_lines(run: Path) -> list[str]:
         read = {part: pq.read_table(run / "points" / f"{stem}.{part}.parquet").to_pylist()
                 for part in ("repeats", "requests", "steps")}
         firsts = [r for r in read["repeats"] if not r.get("replay")]
-        draws = [StaticDraw([q["prompt_len"] for q in read["requests"] if q["repeat"] == r["repeat"]],
-                            [q["output_len"] for q in read["requests"] if q["repeat"] == r["repeat"]],
-                            r["prefill_ms"], r["output_tokens_per_s"]) for r in firsts]
-        steps = [s["duration_ms"] for s in read["steps"] if s["phase"] == "decode"
-                 and any(s["repeat"] == r["repeat"] for r in firsts)]
-        size = summary["batch_size"]
-        model = static_interval(draws, steps, host_draws(lambda k: spec.request_lengths(size, k)))
-        alone = by_draws([d.tokens_per_s for d in draws])
-        pairs = ", ".join(f"{d.tokens_per_s:.0f}/{p:.0f}" for d, p in zip(draws, model.predicted))
-        lines.append(f"batch {size}: measured/predicted tok/s {pairs}; model {model.estimate:.0f} ± "
-                     f"{model.half:.1%} (worst draw {model.prediction_error_max:.1%} off); draws alone "
-                     f"{alone.estimate:.0f} ± {alone.half:.1%}")
+        mine = [[q for q in read["requests"] if q["repeat"] == r["repeat"]] for r in firsts]
+        draws = [r["output_tokens_per_s"] for r in firsts]
+        alone = by_draws(draws)
+        if spec.mode == "static":
+            label, model = f"batch {summary['batch_size']}", static(spec, summary, mine, firsts, read["steps"])
+        else:  # a closed loop has no model: its line shows the draws twice
+            label = f"{summary['sweep_axis']} {summary['sweep_value']:g}"
+            model = alone if summary["arrival_rate"] is None else open_loop(spec, summary, mine, firsts)
+        pairs = ", ".join(f"{d:.0f}/{p:.0f}" for d, p in zip(draws, model.predicted)) or "no model"
+        worst = f" (worst draw {model.prediction_error_max:.1%} off)" if model.predicted else ""
+        lines.append(f"{label}: measured/predicted tok/s {pairs}; {model.method} {model.estimate:.0f} ± "
+                     f"{model.half:.1%}{worst}; draws alone {alone.estimate:.0f} ± {alone.half:.1%}")
     return lines
+
+
+def static(spec: SweepSpec, summary: dict, requests: list[list[dict]], firsts: list[dict],
+           steps: list[dict]) -> Interval:
+    draws = [StaticDraw([q["prompt_len"] for q in mine], [q["output_len"] for q in mine], r["prefill_ms"],
+                        r["output_tokens_per_s"]) for mine, r in zip(requests, firsts)]
+    measured = {r["repeat"] for r in firsts}
+    step_ms = [s["duration_ms"] for s in steps if s["phase"] == "decode" and s["repeat"] in measured]
+    size = summary["batch_size"]
+    return static_interval(draws, step_ms, host_draws(lambda k: spec.request_lengths(size, k)))
+
+
+def open_loop(spec: SweepSpec, summary: dict, requests: list[list[dict]], firsts: list[dict]) -> Interval:
+    return open_loop_interval(requests, firsts, summary["max_num_seqs"],
+                              lambda: open_loop_host_draws(spec, summary["arrival_rate"], len(requests[0])))
 
 
 if __name__ == "__main__":

@@ -255,7 +255,7 @@ def test_spec_points_follow_the_swept_axis() -> None:
 def test_cli_continuous_sweep_writes_a_complete_run_folder_and_ingests(tmp_path: Path) -> None:
     out = tmp_path / "cont"
     proc = run_runner(out, "--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "fast",
-                      "--mode", "continuous", "--max-num-seqs", "1,4", "--arrival", "poisson:400",
+                      "--mode", "continuous", "--max-num-seqs", "1,4", "--arrival", "poisson:40",
                       "--num-requests", "10", "--prompt-len", "uniform:4:40", "--output-len", "uniform:1:8",
                       "--max-num-batched-tokens", "16", "--repeats", "2", "--warmup", "1", "--no-calibrate",
                       "--slo-metric", "e2e", "--slo-ms", "5000", timeout=300)
@@ -266,14 +266,18 @@ def test_cli_continuous_sweep_writes_a_complete_run_folder_and_ingests(tmp_path:
         summary = pq.read_table(out / "points" / f"p{index:04d}.summary.parquet").to_pylist()[0]
         assert summary["status"] == "ok", summary["error"]
         assert (summary["batch_size"], summary["max_num_seqs"], summary["sweep_axis"]) == (slots, slots, "max_num_seqs")
-        assert summary["arrival_rate"] == 400.0 and summary["goodput_slo"] == "e2e<=5000ms"
+        assert summary["arrival_rate"] == 40.0 and summary["goodput_slo"] == "e2e<=5000ms"
         assert 0 < summary["kv_occupancy_max"] <= 1 and summary["goodput_rps"] > 0
         assert summary["queue_ms_p50"] is not None and summary["ttft_ms_p50"] >= summary["queue_ms_p50"]
         requests = pq.read_table(out / "points" / f"p{index:04d}.requests.parquet").to_pandas()
         assert len(requests) == 10 * summary["repeats"] and (requests["e2e_ms"] >= requests["ttft_ms"]).all()
-        # a continuous point's draw is its request set: Student's t over the draws, the first one replayed
-        assert summary["interval_method"] == "draws" and summary["replays"] == 1 and summary["draws"] >= 2
+        # an open-loop draw is its request set and arrivals, predicted by the slot-queue model (10 requests over
+        # ≈ 250 ms: tokens come while requests still arrive, so every draw has a load window to predict)
+        assert summary["interval_method"] == "queue" and summary["replays"] == 1 and summary["draws"] >= 2
         assert summary["draws"] + summary["replays"] == summary["repeats"] <= 6
+        assert summary["prediction_error_max"] is not None and summary["tokens_per_s_interval"] is not None
+        repeats = pq.read_table(out / "points" / f"p{index:04d}.repeats.parquet").to_pandas()
+        assert repeats.loc[repeats["replay"] == 0, "predicted_tokens_per_s"].gt(0).all()
         steps = pq.read_table(out / "points" / f"p{index:04d}.steps.parquet").to_pandas()
         assert (steps["prefill_tokens"] + steps["decode_tokens"] <= 16).all()
         assert set(steps["phase"]) <= {"prefill", "decode", "mixed"}

@@ -31,12 +31,12 @@ def test_the_model_is_corrected_by_the_measured_draws_ratio_to_their_predictions
     # the GPU runs 2 % slower than the model on every draw: the estimate is the host mean × 0.98, and the
     # interval is the host mean's own sampling error only (the ratios agree exactly)
     host = [100.0, 120.0, 80.0, 100.0]
-    found = by_model([98.0, 117.6], [100.0, 120.0], host)
+    found = by_model([98.0, 117.6], [100.0, 120.0], host, "model")
     assert found.estimate == pytest.approx(98.0) and found.prediction_error_max == pytest.approx(0.02)
     # pstdev(host) = 14.142; 1.96 × 14.142 / √4 / 100 = 13.86 %
     assert found.half == pytest.approx(0.13859, abs=1e-5) and found.predicted == (100.0, 120.0)
     # a model that misses by ± 10 % on two draws: t(1) = 12.706 × sd(0.9, 1.1) / √2 = 127 %, in quadrature
-    wide = by_model([90.0, 110.0], [100.0, 100.0], [100.0] * 4)
+    wide = by_model([90.0, 110.0], [100.0, 100.0], [100.0] * 4, "model")
     assert wide.half == pytest.approx(12.706 * math.sqrt(0.02) / math.sqrt(2), rel=1e-6)
 
 

@@ -101,6 +101,10 @@ def test_the_measured_interval_and_the_replays_noise() -> None:
     assert short.level == "caution" and short.sentence.endswith(
         "from 5 draws; the draw budget ran out short of the ± 5 % target.")
     assert measured_interval_finding(pd.Series({**point, "tokens_per_s_interval": 0.4}), 6).level == "untrusted"
+    queue = measured_interval_finding(pd.Series({**point, "interval_method": "queue"}), 3)
+    assert queue.sentence == ("Throughput 512 tok/s ± 3.1 % (95 % interval) from a slot-queue model of the arrivals "
+                              "over many host draws, checked against 3 measured draws (each within 1.2 % of its "
+                              "prediction).")
     assert noise_finding(0.004, 2).level == "trusted" and noise_finding(0.3, 2).level == "untrusted"
 
 

@@ -183,6 +183,11 @@ def noise_finding(spread: float, runs: int) -> Finding:
                                                f"of each other: {words}.")
 
 
+# The runner's interval methods that predict draws (runners/metrics/interval.py, open_loop.py), in words; `draws`
+# predicts none
+MODEL_WORDS = {"model": "a step-time model", "queue": "a slot-queue model of the arrivals"}
+
+
 def measured_interval_finding(point: pd.Series, draws: int) -> Finding:
     """The interval the runner measured the throughput to, how, and whether a budget ran out first."""
     half, target = point.get("tokens_per_s_interval"), point.get("target_interval")
@@ -193,10 +198,11 @@ def measured_interval_finding(point: pd.Series, draws: int) -> Finding:
                                                          f"tok/s) has no interval.")
     half = float(half)
     level = "trusted" if half <= goal else "caution" if half <= INTERVAL_UNTRUSTED else "untrusted"
-    how = (f"a step-time model over many host draws, checked against {draws} measured draws"
+    model = MODEL_WORDS.get(point.get("interval_method"))
+    how = (f"{model} over many host draws, checked against {draws} measured draws"
            + (f" (each within {pct(float(point['prediction_error_max']), 1)} of its prediction)"
               if known(point.get("prediction_error_max")) else "")
-           if point.get("interval_method") == "model" else f"{draws} draws")
+           if model else f"{draws} draws")
     spent = point.get("budget_spent")
     short = (f"; the {'draw' if spent == 'draws' else 'time'} budget ran out short of the ± {pct(goal)} target"
              if isinstance(spent, str) else "")

@@ -58,6 +58,16 @@ class Request:
         return self.generated == self.output_len
 
 
+def poisson_arrival_s(count: int, rate: float, seed: int) -> list[float]:
+    """`count` open-loop arrival times in seconds (exponential gaps at `rate` requests/s, seeded): the scheduler's,
+    and the host's when the open-loop model predicts a draw it never runs (runners.metrics.open_loop)."""
+    rng, t, times = random.Random(f"arrivals:{seed}"), 0.0, []
+    for _ in range(count):
+        t += rng.expovariate(rate)
+        times.append(t)
+    return times
+
+
 class Arrivals:
     """When requests arrive: Poisson (open loop, seeded gaps) or N closed-loop clients.
 
@@ -78,9 +88,7 @@ class Arrivals:
         self.pending = deque(requests)
         self.due: list[tuple[float, int, Request]] = []
         if rate is not None:
-            rng, t = random.Random(f"arrivals:{seed}"), 0.0
-            for r in self.pending:
-                t += rng.expovariate(rate)
+            for t, r in zip(poisson_arrival_s(len(self.pending), rate, seed), self.pending):
                 self.due.append((t, r.index, r))
             self.pending.clear()
         else:

@@ -7,8 +7,9 @@ draws alone needs about 60 of them. Its step times, though, repeat to a fraction
 prediction over HOST_DRAWS draws made on the host (no GPU time), and corrects it by the measured draws'
 ratio to their own predictions (a control variate), each draw predicted by the model fitted without it:
 the interval then reflects how well the model predicts a draw it has not seen, not how much the lengths
-vary. Where no model predicts a draw (a continuous or endpoint point, whose draw is its whole request
-set), the `draws` method is Student's t over the measured draws.
+vary. An open-loop continuous point has its own model of the same kind (runners.metrics.open_loop); where no
+model predicts a draw (a closed-loop or endpoint point, whose draw is its whole request set and its clients),
+the `draws` method is Student's t over the measured draws.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class Interval:
 
     estimate: float
     half: float
-    method: str  # "model" or "draws"
+    method: str  # "model" (static steps), "queue" (open-loop slots, runners.metrics.open_loop) or "draws"
     prediction_error_max: float | None = None  # the largest |measured ÷ predicted − 1| over the draws
     predicted: tuple[float, ...] = ()  # the model's throughput for each measured draw, in draw order
 
@@ -62,8 +63,10 @@ def by_draws(tput: Sequence[float]) -> Interval:
     return Interval(mean, t95(len(tput)) * statistics.stdev(tput) / math.sqrt(len(tput)) / mean, "draws")
 
 
-def by_model(measured: Sequence[float], predicted: Sequence[float], host: Sequence[float]) -> Interval:
-    """The host draws' mean prediction × the measured draws' mean ratio to their predictions.
+def by_model(measured: Sequence[float], predicted: Sequence[float], host: Sequence[float],
+             method: str) -> Interval:
+    """The host draws' mean prediction × the measured draws' mean ratio to their predictions (`method` names the
+    model that predicted them).
 
     The interval adds, in quadrature, the ratio's t-interval (how far the model is from the GPU) and the
     host average's own sampling error (small: HOST_DRAWS draws)."""
@@ -72,10 +75,10 @@ def by_model(measured: Sequence[float], predicted: Sequence[float], host: Sequen
     worst = max(abs(r - 1) for r in ratios)
     estimate = mean_host * statistics.fmean(ratios)
     if len(ratios) < 2:
-        return Interval(estimate, math.inf, "model", worst, tuple(predicted))
+        return Interval(estimate, math.inf, method, worst, tuple(predicted))
     model = t95(len(ratios)) * statistics.stdev(ratios) / math.sqrt(len(ratios)) / statistics.fmean(ratios)
     sampling = 1.96 * statistics.pstdev(host) / math.sqrt(len(host)) / mean_host
-    return Interval(estimate, math.hypot(model, sampling), "model", worst, tuple(predicted))
+    return Interval(estimate, math.hypot(model, sampling), method, worst, tuple(predicted))
 
 
 @dataclass(frozen=True)
@@ -150,4 +153,4 @@ def static_interval(draws: Sequence[StaticDraw], step_ms: Sequence[float],
     held_out = [fitted([*draws[:i], *draws[i + 1:]]) if len(draws) > 1 else whole for i in range(len(draws))]
     predicted = [model.tokens_per_s(d.prompt_lens, d.output_lens) for model, d in zip(held_out, draws)]
     host_tput = [whole.tokens_per_s(prompts, outputs) for prompts, outputs in host]
-    return by_model([d.tokens_per_s for d in draws], predicted, host_tput)
+    return by_model([d.tokens_per_s for d in draws], predicted, host_tput, "model")

@@ -2,6 +2,7 @@
 cache of max_num_seqs rows, with its arrival rate or clients (docs/design.md §2)."""
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.metrics.continuous import ContinuousRepeat, continuous_repeat, summarise
 from runners.metrics.interval import Interval, by_draws
+from runners.metrics.open_loop import host_draws, open_loop_interval
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext
@@ -85,8 +87,19 @@ class ContinuousRun:
                                  spec.slo_ms), window
 
     def interval(self, draws: list[ContinuousRepeat]) -> Interval:
-        """A draw is the whole request set and its arrivals: no step model predicts it, so draws alone."""
-        return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
+        """An open-loop draw is predicted by the slot-queue model (runners.metrics.open_loop); a closed loop's
+        draw, whose clients wait on the requests they sent, by none: draws alone."""
+        if self.point.arrival_rate is None:
+            return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
+        return open_loop_interval([rep.requests for rep in draws], [rep.row for rep in draws],
+                                  self.point.max_num_seqs, lambda: self.host_draws)
+
+    @functools.cached_property
+    def host_draws(self) -> list[tuple[list[float], list[int]]]:
+        """Drawn once a point, on its first interval."""
+        spec = self.ctx.spec
+        return host_draws(spec, self.point.arrival_rate,
+                          requests_per_point(spec.num_requests, spec.requests_per_client, self.point.concurrency))
 
     def summarise(self, repeats: list[ContinuousRepeat]) -> Summary:
         spec = self.ctx.spec
