@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runners.metrics.interval import Interval, StaticDraw, by_draws, host_draws, static_interval  # noqa: E402
-from runners.metrics.open_loop import open_loop_interval  # noqa: E402
+from runners.metrics.open_loop import open_loop_draw, open_loop_interval  # noqa: E402
 from runners.metrics.open_loop import host_draws as open_loop_host_draws  # noqa: E402
 from runners.spec import SweepSpec  # noqa: E402
 
@@ -39,9 +39,10 @@ def point_lines(run: Path) -> list[str]:
         alone = by_draws(draws)
         if spec.mode == "static":
             label, model = f"batch {summary['batch_size']}", static(spec, summary, mine, firsts, read["steps"])
-        else:  # a closed loop has no model: its line shows the draws twice
+        else:  # a closed loop has no model, nor a run made before arrivals were kept: its line shows the draws twice
             label = f"{summary['sweep_axis']} {summary['sweep_value']:g}"
-            model = alone if summary["arrival_rate"] is None else open_loop(spec, summary, mine, firsts)
+            modelled = summary["arrival_rate"] is not None and "arrival_ms" in read["requests"][0]
+            model = open_loop(spec, summary, mine, firsts) if modelled else alone
         pairs = ", ".join(f"{d:.0f}/{p:.0f}" for d, p in zip(draws, model.predicted)) or "no model"
         worst = f" (worst draw {model.prediction_error_max:.1%} off)" if model.predicted else ""
         lines.append(f"{label}: measured/predicted tok/s {pairs}; {model.method} {model.estimate:.0f} ± "
@@ -60,8 +61,8 @@ def static(spec: SweepSpec, summary: dict, requests: list[list[dict]], firsts: l
 
 
 def open_loop(spec: SweepSpec, summary: dict, requests: list[list[dict]], firsts: list[dict]) -> Interval:
-    return open_loop_interval(requests, firsts, summary["max_num_seqs"],
-                              lambda: open_loop_host_draws(spec, summary["arrival_rate"], len(requests[0])))
+    return open_loop_interval([open_loop_draw(mine, r) for mine, r in zip(requests, firsts)], summary["max_num_seqs"],
+                              open_loop_host_draws(spec, summary["arrival_rate"], len(requests[0])))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.demo_helpers import newest_demo_run_with_a_curve
 from tests.runner_helpers import REPO
 
 playwright = pytest.importorskip("playwright.sync_api")
@@ -373,7 +374,7 @@ def test_demo_pages_open_at_a_link_quickly_and_fill_1440_and_1920_windows(server
         settle(tab)
         run_s = timed(tab, lambda: tab.get_by_role("link", name="Run", exact=True).first.click(),
                       lambda: tab.locator(f"{CHART} g.lines_throughput_marks path").first.wait_for(timeout=60_000))
-        assert "h200-cont-8b-bf16-chat-clients" in tab.url  # the newest demo run with a curve (the last re-made)
+        assert f"run={newest_demo_run_with_a_curve()}" in tab.url  # the newest demo run with a curve
         tooltip = hover_point(tab, "hover_memory", 3)
         assert re.search(r"part\s+\S", tooltip) and re.search(r"value\s+[\d ,.]+ (GiB|MiB)", tooltip), tooltip
         history_s = timed(tab, lambda: tab.get_by_role("link", name="History", exact=True).first.click(),

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
@@ -14,10 +12,8 @@ from streamlit.testing.v1 import AppTest
 from batchscope.demo import demo_folders, import_demo_runs
 from batchscope.jobs import JobManager
 from batchscope.store import Store
-from batchscope.ui.run_view import MIN_CURVE_POINTS
+from tests.demo_helpers import DEMO, newest_demo_run_with_a_curve
 from tests.runner_helpers import REPO
-
-DEMO = REPO / "data" / "demo"
 
 
 def test_demo_folders_are_real_gpu_runs():
@@ -84,16 +80,6 @@ def test_first_start_shows_demo_runs_on_every_page(demo_home):
     headings = [e.value for kind in (at.title, at.header, at.subheader, at.markdown) for e in kind]
     assert any("8B fast" in text for text in headings), headings
     assert len(at.get("arrow_vega_lite_chart") or at.get("vega_lite_chart")) >= 1  # the charts are drawn
-
-
-def newest_demo_run_with_a_curve() -> str:
-    """Read from the shipped folders themselves: the demo run started last that ended done with a curve."""
-    def ok_points(folder: Path) -> int:
-        return sum(pq.read_table(f, columns=["status"]).column("status").to_pylist() == ["ok"]
-                   for f in (folder / "points").glob("*.summary.parquet"))
-    done = [(json.loads((f / "status.json").read_text()), f) for f in demo_folders(DEMO)]
-    return max((status["started_at"], folder.name) for status, folder in done
-               if status["state"] == "done" and ok_points(folder) >= MIN_CURVE_POINTS)[1]
 
 
 def test_plain_run_page_and_home_open_the_latest_full_demo_run_not_the_one_point_one(demo_home):

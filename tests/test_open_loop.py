@@ -6,7 +6,7 @@ import pytest
 
 from runners.engines.scheduler import Arrivals, Request
 from runners.metrics.interval import HOST_BASE
-from runners.metrics.open_loop import SlotModel, host_draws, open_loop_interval, tokens_between
+from runners.metrics.open_loop import SlotModel, host_draws, open_loop_draw, open_loop_interval, tokens_between
 from runners.spec import SweepSpec
 from runners.workload import workload
 
@@ -31,7 +31,9 @@ def test_a_request_waits_for_the_first_slot_to_free_and_frees_it_with_its_last_t
     # r1 starts at once (first token 3), r2 takes r0's slot at 11: window (2, 10] holds 8 + 8 tokens
     assert two.first_tokens_ms([0.0, 1.0, 10.0], [10, 10, 2]) == [2.0, 3.0, 13.0]
     assert two.tokens_per_s([0.0, 1.0, 10.0], [10, 10, 2]) == pytest.approx(2000.0)
-    assert one.tokens_per_s([0.0, 0.0], [3, 3]) is None  # every request in before the first token: no window
+    # both in before the first token: no window, so every token over the wall. r0 makes 2, 3, 4; r1 gets the slot
+    # at 4 and makes 6, 7, 8: 6 tokens in 8 ms
+    assert one.tokens_per_s([0.0, 0.0], [3, 3]) == pytest.approx(750.0)
 
 
 def request_rows(arrivals: list[float], outputs: list[int]) -> list[dict]:
@@ -43,8 +45,8 @@ def request_rows(arrivals: list[float], outputs: list[int]) -> list[dict]:
 def test_slot_model_is_fitted_from_each_requests_prefill_and_gap() -> None:
     rows = request_rows([0.0, 1.0, 10.0], [10, 10, 1])
     rows[0].update(ttft_ms=5.0, itl_ms_mean=3.0)
-    found = open_loop_interval([rows], [{"loaded_start_ms": 2.0, "output_tokens_per_s": 100.0}], 4,
-                               lambda: [([0.0, 1.0, 10.0], [10, 10, 1])])
+    found = open_loop_interval([open_loop_draw(rows, {"output_tokens_per_s": 100.0})], 4,
+                               [([0.0, 1.0, 10.0], [10, 10, 1])])
     # prefills 4.5, 2, 2 → median 2; gaps 3 and 1 (the one-token request has none) → median 2
     model = SlotModel(4, 2.0, 2.0)
     assert found.predicted == (pytest.approx(model.tokens_per_s([0.0, 1.0, 10.0], [10, 10, 1])),)
@@ -56,20 +58,16 @@ def test_the_queue_method_corrects_the_host_mean_by_the_measured_ratio() -> None
     # The GPU runs 2 % under the model on both, and every host draw is draw A: the estimate is 1000 × 0.98,
     # and nothing widens the interval (the ratios agree, the host draws do not vary).
     a, b = ([0.0, 1.0, 10.0], [10, 10, 2]), ([0.0, 5.0, 20.0], [4, 4, 4])
-    repeats = [{"loaded_start_ms": 2.0, "output_tokens_per_s": 0.98 * 1000.0},
-               {"loaded_start_ms": 2.0, "output_tokens_per_s": 0.98 * 7 / 18 * 1000.0}]
-    found = open_loop_interval([request_rows(*a), request_rows(*b)], repeats, 1, lambda: [a] * 4)
+    measured = [open_loop_draw(request_rows(*a), {"output_tokens_per_s": 0.98 * 1000.0}),
+                open_loop_draw(request_rows(*b), {"output_tokens_per_s": 0.98 * 7 / 18 * 1000.0})]
+    found = open_loop_interval(measured, 1, [a] * 4)
     assert found.method == "queue" and found.estimate == pytest.approx(980.0)
     assert found.predicted == (pytest.approx(1000.0), pytest.approx(7 / 18 * 1000.0))
     assert found.half == pytest.approx(0.0, abs=1e-12) and found.prediction_error_max == pytest.approx(0.02)
-
-
-def test_a_draw_rated_over_its_whole_wall_leaves_the_point_to_its_draws() -> None:
-    a = ([0.0, 1.0, 10.0], [10, 10, 2])
-    repeats = [{"loaded_start_ms": 2.0, "output_tokens_per_s": 90.0},
-               {"loaded_start_ms": None, "output_tokens_per_s": 110.0}]
-    found = open_loop_interval([request_rows(*a)] * 2, repeats, 1, lambda: [a])
-    assert found.method == "draws" and found.estimate == pytest.approx(100.0) and found.predicted == ()
+    # a host draw with no load window is rated over its wall, as the runner rates such a draw: three requests in
+    # at 0 make 2–4, 6–8 and 10–12, 9 tokens in 12 ms (750 tok/s); the host mean is then (1000 + 750) / 2
+    burst = open_loop_interval(measured, 1, [a, ([0.0, 0.0, 0.0], [3, 3, 3])])
+    assert burst.estimate == pytest.approx((1000.0 + 750.0) / 2 * 0.98)
 
 
 def test_the_host_draws_are_the_arrivals_and_lengths_the_engine_would_be_sent() -> None:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runners.engines.scheduler import poisson_arrival_s
-from runners.metrics.interval import HOST_BASE, HOST_DRAWS, Interval, by_draws, by_model
+from runners.metrics.interval import HOST_BASE, HOST_DRAWS, Interval, by_model
 from runners.metrics.repeat import Row
 from runners.spec import SweepSpec
 from runners.workload.workload import arrival_seed
@@ -39,11 +39,8 @@ class OpenLoopDraw:
     tokens_per_s: float
 
 
-def open_loop_draw(requests: Sequence[Row], repeat: Row) -> OpenLoopDraw | None:
-    """A measured continuous repeat as the model reads it; None when its throughput is over its whole wall (no
-    token came before the last arrival), which the model's load window does not predict."""
-    if repeat.get("loaded_start_ms") is None:
-        return None
+def open_loop_draw(requests: Sequence[Row], repeat: Row) -> OpenLoopDraw:
+    """A measured continuous repeat as the model reads it."""
     return OpenLoopDraw([r["arrival_ms"] for r in requests], [r["output_len"] for r in requests],
                         [r["ttft_ms"] - r["queue_ms"] for r in requests],
                         [r["itl_ms_mean"] for r in requests if r["itl_ms_mean"] is not None],
@@ -77,13 +74,17 @@ class SlotModel:
             firsts[i] = first
         return firsts
 
-    def tokens_per_s(self, arrival_ms: Sequence[float], output_lens: Sequence[int]) -> float | None:
-        """Tokens made after the first token and up to the last arrival, over that window (runners.metrics.loaded);
-        None when the window holds none."""
+    def tokens_per_s(self, arrival_ms: Sequence[float], output_lens: Sequence[int]) -> float:
+        """Rated as the runner rates a measured draw (runners.metrics.loaded, repeat.repeat_row): the tokens made
+        after the first token and up to the last arrival, over that window; where it holds none (every request
+        in before a token), every token over the wall from the draw's start to its last token."""
         firsts = self.first_tokens_ms(arrival_ms, output_lens)
         start, end = min(firsts), max(arrival_ms)
         made = sum(tokens_between(first, count, self.itl_ms, start, end) for first, count in zip(firsts, output_lens))
-        return made / ((end - start) / 1e3) if made else None
+        if made:
+            return made / ((end - start) / 1e3)
+        wall_ms = max(first + (count - 1) * self.itl_ms for first, count in zip(firsts, output_lens))
+        return sum(output_lens) / (wall_ms / 1e3)
 
 
 def tokens_between(first_ms: float, count: int, gap_ms: float, start_ms: float, end_ms: float) -> int:
@@ -103,21 +104,14 @@ def host_draws(spec: SweepSpec, rate: float, served: int) -> list[tuple[list[flo
              spec.request_lengths(spec.num_requests, HOST_BASE + k)[1][:served]) for k in range(HOST_DRAWS)]
 
 
-def open_loop_interval(requests: Sequence[Sequence[Row]], repeats: Sequence[Row], slots: int,
-                       host: Callable[[], Sequence[tuple[list[float], list[int]]]]) -> Interval:
-    """The `queue` method over measured draws (each draw's request rows and repeat row): each draw predicted by
-    the model fitted to the other draws, the model fitted to them all averaged over the `host()` draws (arrivals
-    in ms, output lengths), corrected by the held-out ratios (interval.by_model). Student's t over the draws
-    (`draws`) where a draw was rated over its whole wall or the model predicts an empty window."""
-    draws = [open_loop_draw(mine, row) for mine, row in zip(requests, repeats)]
-    alone = [row["output_tokens_per_s"] for row in repeats]
-    if None in draws:
-        return by_draws(alone)
+def open_loop_interval(draws: Sequence[OpenLoopDraw], slots: int,
+                       host: Sequence[tuple[list[float], list[int]]]) -> Interval:
+    """The `queue` method: each measured draw predicted by the model fitted to the other draws, the model fitted to
+    them all averaged over the `host` draws (arrivals in ms, output lengths), corrected by the held-out ratios
+    (interval.by_model)."""
     whole = SlotModel.fit(draws, slots)
     held_out = [SlotModel.fit([*draws[:i], *draws[i + 1:]], slots) if len(draws) > 1 else whole
                 for i in range(len(draws))]
     predicted = [model.tokens_per_s(d.arrival_ms, d.output_lens) for model, d in zip(held_out, draws)]
-    host_tput = [whole.tokens_per_s(arrivals, outputs) for arrivals, outputs in host()]
-    if None in predicted or None in host_tput:
-        return by_draws(alone)
-    return by_model(alone, predicted, host_tput, METHOD)
+    host_tput = [whole.tokens_per_s(arrivals, outputs) for arrivals, outputs in host]
+    return by_model([d.tokens_per_s for d in draws], predicted, host_tput, METHOD)

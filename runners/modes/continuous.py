@@ -13,7 +13,7 @@ from runners.engines.continuous import ContinuousEngine
 from runners.engines.fast import FastEngine
 from runners.metrics.continuous import ContinuousRepeat, continuous_repeat, summarise
 from runners.metrics.interval import Interval, by_draws
-from runners.metrics.open_loop import host_draws, open_loop_interval
+from runners.metrics.open_loop import host_draws, open_loop_draw, open_loop_interval
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext
@@ -91,8 +91,8 @@ class ContinuousRun:
         draw, whose clients wait on the requests they sent, by none: draws alone."""
         if self.point.arrival_rate is None:
             return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
-        return open_loop_interval([rep.requests for rep in draws], [rep.row for rep in draws],
-                                  self.point.max_num_seqs, lambda: self.host_draws)
+        return open_loop_interval([open_loop_draw(rep.requests, rep.row) for rep in draws], self.point.max_num_seqs,
+                                  self.host_draws)
 
     @functools.cached_property
     def host_draws(self) -> list[tuple[list[float], list[int]]]:
