@@ -133,8 +133,8 @@ def test_a_cpu_sweep_records_draws_replays_and_the_interval_of_every_point(logno
         samples = pq.read_table(lognormal_run / "points" / f"p{index:04d}.samples.parquet").to_pylist()
         own = [s for s in samples if s["point_index"] == index]  # the file also closes the point before
         store = [s["t_s"] for s in own if s["phase"] == "store"]
-        measured = [s["t_s"] for s in own if s["repeat"] >= 0]
-        assert store and min(store) >= max(measured)
+        measured = [s["t_s"] for s in own if s["repeat"] >= 0]  # none when the runs fell between two 20 Hz samples
+        assert store and min(store) >= max(measured, default=0.0)
         # and the log says where that time went, part by part
         stored = re.search(rf"point {index} stored in ([0-9.]+) s: summarise ([0-9.]+), release ([0-9.]+), "
                            rf"gc ([0-9.]+), samples ([0-9.]+), write ([0-9.]+)\n", (lognormal_run / "log.txt").read_text())

@@ -17,6 +17,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 HOST_DRAWS = 1000  # draws of lengths the model is averaged over, on the host
 HOST_BASE = 1_000_000  # their draw numbers, far past any measured draw's
@@ -149,8 +150,26 @@ def static_interval(draws: Sequence[StaticDraw], step_ms: Sequence[float],
     def fitted(used: Sequence[StaticDraw]) -> StepModel:
         return StepModel.fit([(padded_tokens(d.prompt_lens), d.prefill_ms) for d in used], step_ms)
 
-    whole = fitted(draws)
-    held_out = [fitted([*draws[:i], *draws[i + 1:]]) if len(draws) > 1 else whole for i in range(len(draws))]
-    predicted = [model.tokens_per_s(d.prompt_lens, d.output_lens) for model, d in zip(held_out, draws)]
-    host_tput = [whole.tokens_per_s(prompts, outputs) for prompts, outputs in host]
-    return by_model([d.tokens_per_s for d in draws], predicted, host_tput, "model")
+    return held_out_interval(draws, fitted, lambda d: (d.prompt_lens, d.output_lens),
+                             [d.tokens_per_s for d in draws], host, "model")
+
+
+class Predicts(Protocol):
+    """A fitted model: a draw's throughput from its requests (prompt lengths or arrivals, and output lengths)."""
+
+    def tokens_per_s(self, requests: Sequence[Any], output_lens: Sequence[int]) -> float: ...
+
+
+D = TypeVar("D")
+
+
+def held_out_interval(draws: Sequence[D], fit: Callable[[Sequence[D]], Predicts],
+                      requests: Callable[[D], tuple[Sequence[Any], Sequence[int]]], measured: Sequence[float],
+                      host: Sequence[tuple[Sequence[Any], Sequence[int]]], method: str) -> Interval:
+    """The control variate every model method shares (`model`, and `queue` in runners.metrics.open_loop): each
+    measured draw predicted by the model `fit` to the other draws, the model fitted to them all averaged over the
+    `host` draws, corrected by the held-out ratios (by_model)."""
+    whole = fit(draws)
+    held_out = [fit([*draws[:i], *draws[i + 1:]]) if len(draws) > 1 else whole for i in range(len(draws))]
+    predicted = [model.tokens_per_s(*requests(d)) for model, d in zip(held_out, draws)]
+    return by_model(measured, predicted, [whole.tokens_per_s(*drawn) for drawn in host], method)

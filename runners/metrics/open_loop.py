@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runners.engines.scheduler import poisson_arrival_s
-from runners.metrics.interval import HOST_BASE, HOST_DRAWS, Interval, by_model
+from runners.metrics.interval import HOST_BASE, HOST_DRAWS, Interval, held_out_interval
 from runners.metrics.repeat import Row
 from runners.spec import SweepSpec
 from runners.workload.workload import arrival_seed
@@ -106,12 +106,7 @@ def host_draws(spec: SweepSpec, rate: float, served: int) -> list[tuple[list[flo
 
 def open_loop_interval(draws: Sequence[OpenLoopDraw], slots: int,
                        host: Sequence[tuple[list[float], list[int]]]) -> Interval:
-    """The `queue` method: each measured draw predicted by the model fitted to the other draws, the model fitted to
-    them all averaged over the `host` draws (arrivals in ms, output lengths), corrected by the held-out ratios
-    (interval.by_model)."""
-    whole = SlotModel.fit(draws, slots)
-    held_out = [SlotModel.fit([*draws[:i], *draws[i + 1:]], slots) if len(draws) > 1 else whole
-                for i in range(len(draws))]
-    predicted = [model.tokens_per_s(d.arrival_ms, d.output_lens) for model, d in zip(held_out, draws)]
-    host_tput = [whole.tokens_per_s(arrivals, outputs) for arrivals, outputs in host]
-    return by_model([d.tokens_per_s for d in draws], predicted, host_tput, METHOD)
+    """The `queue` method: the slot model's held-out control variate (interval.held_out_interval) over the `host`
+    draws (arrivals in ms, output lengths)."""
+    return held_out_interval(draws, lambda used: SlotModel.fit(used, slots), lambda d: (d.arrival_ms, d.output_lens),
+                             [d.tokens_per_s for d in draws], host, METHOD)
