@@ -136,7 +136,7 @@ SET = [
     continuous("seqs", ("--max-num-seqs", "16,32,128", "--arrival", "poisson:8", *open_loop_draws(8)), 480,
                "max_num_seqs at 8 req/s"),
     # A draw's 128 requests arrive over 32, 16, 11 and 8 s at 4…16 req/s; a point stops at three draws where the
-    # queue model meets ± 5 % (docs/trust.md). 530 s (was 540 with 64-request draws) fits a call of nine minutes.
+    # queue model meets ± 5 % (docs/trust.md). 530 s (was 540) fits a call of nine minutes.
     continuous("rate", ("--max-num-seqs", "64", "--arrival", "poisson:4,8,12,16", *open_loop_draws(6)), 530,
                "arrival rate, 64 slots"),
     static("8b", "fp8", "chat", "pow2:1:1024", 330),
