@@ -11,7 +11,9 @@ is a Python loop, and host contention shows in it (hf-generate's 1B decode step:
 20 Hz, 14.6 ms at 1000 Hz).
 A sweep starts only when its bound fits before the deadline, and gets SIGTERM at its bound, which
 keeps its finished points (state cancelled): a demo run must end by itself (done, or stopped by OOM).
-A folder already `done` is kept, so a later call goes on where an earlier one stopped: the whole set
+A run's folder is named for the card that measured it (`h200-NAME` on an H200, `h100-NAME` on an H100: the
+name is the run's id in the app, so it must not claim a card it was not made on). A folder already `done` is
+kept, so a later call goes on where an earlier one stopped: the whole set
 takes about 80 minutes of one H200 (the two-GPU sweeps on a pair), in calls of at most 9 minutes each. Through
 the device tool, OUT_DIR is `$OUT` itself: a run's `points` folder one level deeper does not come back.
 Every sweep: seed 0, 3 measured repeats; the fast engine warms and captures every shape in setup, so it
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -64,7 +67,7 @@ SERVED_URL = f"http://127.0.0.1:{SERVED_PORT}/v1"
 
 @dataclass(frozen=True)
 class Sweep:
-    """One demo run: its folder name (h200-NAME), label, runner options, time bound and GPUs."""
+    """One demo run: its name (the folder is CARD-NAME), label, runner options, time bound and GPUs."""
 
     name: str
     label: str
@@ -163,15 +166,14 @@ def folder_state(folder: Path) -> str | None:
     return json.loads(status.read_text()).get("state")
 
 
-def launch(sweep: Sweep, out: Path, gpus: list[int]) -> subprocess.Popen:
-    folder = out / f"h200-{sweep.name}"
+def launch(sweep: Sweep, folder: Path, gpus: list[int]) -> subprocess.Popen:
     if folder.exists():
         subprocess.run(["rm", "-rf", str(folder)], check=True)
     env = {**os.environ, **sweep.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "runners", "sweep", "--out", str(folder), "--name", sweep.label, *sweep.options]
     print(f"{time.strftime('%H:%M:%S')} start {sweep.name} on GPU {env['CUDA_VISIBLE_DEVICES']} "
           f"(bound {sweep.bound_s} s)", flush=True)
-    log = open(out / f"{sweep.name}.out", "w")  # noqa: SIM115 - closed with the process below
+    log = open(folder.parent / f"{sweep.name}.out", "w")  # noqa: SIM115 - closed with the process below
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -185,13 +187,14 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_set(sweeps: list[Sweep], out: Path, gpu_count: int, deadline_s: float) -> None:
+def run_set(sweeps: list[Sweep], out: Path, gpu_count: int, deadline_s: float, card: str) -> None:
     """Greedy in order over the GPUs: start each sweep whose GPUs are free and whose bound fits before the
     deadline; a two-GPU or host-alone sweep that cannot start yet holds back the ones behind it (no
-    starvation), and nothing starts beside a host-alone sweep."""
+    starvation), and nothing starts beside a host-alone sweep. Folders are `card`-NAME."""
     out.mkdir(parents=True, exist_ok=True)
     end = time.monotonic() + deadline_s
-    pending = [s for s in sweeps if folder_state(out / f"h200-{s.name}") != "done"]
+    folder = {s.name: out / f"{card}-{s.name}" for s in sweeps}
+    pending = [s for s in sweeps if folder_state(folder[s.name]) != "done"]
     for s in sweeps:
         if s not in pending:
             print(f"keep {s.name}: already done", flush=True)
@@ -212,7 +215,7 @@ def run_set(sweeps: list[Sweep], out: Path, gpu_count: int, deadline_s: float) -
                     break
                 continue
             gpus, free = free[:s.gpus], free[s.gpus:]
-            running[s.name] = (s, launch(s, out, gpus), gpus, time.monotonic())
+            running[s.name] = (s, launch(s, folder[s.name], gpus), gpus, time.monotonic())
             pending.remove(s)
         if not running:
             for s in pending:
@@ -228,7 +231,7 @@ def run_set(sweeps: list[Sweep], out: Path, gpu_count: int, deadline_s: float) -
                       f"{time.monotonic() - started:.0f} s", flush=True)
                 free = sorted(free + gpus)
                 del running[name]
-    for line in check([out / f"h200-{s.name}" for s in sweeps]):
+    for line in check([folder[s.name] for s in sweeps]):
         print(line, flush=True)
 
 
@@ -258,19 +261,30 @@ def check(folders: list[Path]) -> list[str]:
     return lines
 
 
-def gpus_here() -> int:
-    """GPUs on this host, without importing torch (nvidia-smi lists them)."""
+def gpus_here() -> list[str]:
+    """The names of this host's GPUs, without importing torch (`nvidia-smi -L` lists them)."""
     try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        return gpu_names(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout)
     except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+        return []
+
+
+def gpu_names(listing: str) -> list[str]:
+    """Each GPU's name from `nvidia-smi -L` ("GPU 0: NVIDIA H200 (UUID: GPU-…)"); MIG lines are not GPUs."""
+    return [m.group(1) for m in re.finditer(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?$", listing, re.MULTILINE)]
+
+
+def card_of(gpu_name: str) -> str:
+    """A folder prefix for the card: its model number ("NVIDIA H100 80GB HBM3" → h100, "NVIDIA A100-SXM4-80GB" →
+    a100), else the whole name in lower case with dashes."""
+    number = re.search(r"\b([A-Z]\d{2,4})\b", gpu_name)
+    return number.group(1).lower() if number else re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  allow_abbrev=False)
-    ap.add_argument("out", nargs="?", type=Path, help="folder for the run folders (h200-NAME each)")
+    ap.add_argument("out", nargs="?", type=Path, help="folder for the run folders (CARD-NAME each: h200-NAME)")
     ap.add_argument("names", nargs="*", help="sweeps to make, in this order (default: the whole set)")
     ap.add_argument("--deadline-s", type=float, default=540.0, help="start nothing whose bound ends after this")
     ap.add_argument("--list", action="store_true", help="print the set and exit")
@@ -290,9 +304,11 @@ def main() -> None:
         ap.error(f"unknown sweep(s) {', '.join(unknown)}; --list shows the set")
     sweeps = [BY_NAME[n] for n in args.names] if args.names else SET
     gpus = gpus_here()
-    if gpus == 0:
+    if not gpus:
         sys.exit("no GPU here (nvidia-smi lists none): the demo set is measured on an H200")
-    run_set(sweeps, args.out, gpus, args.deadline_s)
+    if len(set(gpus)) > 1:
+        sys.exit(f"this host mixes cards ({', '.join(sorted(set(gpus)))}): a run's folder names one card")
+    run_set(sweeps, args.out, len(gpus), args.deadline_s, card_of(gpus[0]))
 
 
 if __name__ == "__main__":

@@ -114,8 +114,8 @@ def test_scheduler_runs_side_by_side_holds_back_for_two_gpus_bounds_and_resumes(
         demo_set.Sweep("slow", "slow", (*TINY, "--batch-sizes", "1,128,256,512", "--output-len", "fixed:2000"), 30),
         demo_set.Sweep("late", "late", (*TINY, "--batch-sizes", "1"), 10_000),
     ]
-    demo_set.run_set(sweeps, tmp_path, gpu_count=2, deadline_s=600)
-    folder = {s.name: tmp_path / f"h200-{s.name}" for s in sweeps}
+    demo_set.run_set(sweeps, tmp_path, gpu_count=2, deadline_s=600, card="cpu")
+    folder = {s.name: tmp_path / f"cpu-{s.name}" for s in sweeps}
     one, two, pair = (status(folder[n]) for n in ("one", "two", "pair"))
     assert one["state"] == two["state"] == pair["state"] == "done"
     assert two["started_at"] < one["finished_at"]  # one and two ran side by side, one GPU each
@@ -127,7 +127,7 @@ def test_scheduler_runs_side_by_side_holds_back_for_two_gpus_bounds_and_resumes(
     assert "not started late" in out and "slow: bound reached, SIGTERM" in out
     assert "start pair on GPU 0,1" in out
     before = status(folder["one"])["started_at"]
-    demo_set.run_set(sweeps[:1], tmp_path, gpu_count=2, deadline_s=600)  # a done folder is kept, not re-made
+    demo_set.run_set(sweeps[:1], tmp_path, gpu_count=2, deadline_s=600, card="cpu")  # a done folder is kept, not re-made
     assert status(folder["one"])["started_at"] == before and "keep one: already done" in capsys.readouterr().out
 
 
@@ -137,10 +137,21 @@ def test_a_host_alone_sweep_has_no_neighbour(tmp_path: Path) -> None:
               demo_set.Sweep("solo", "solo", (*TINY, "--batch-sizes", "1,2"), 120, alone=True),
               demo_set.Sweep("after", "after", (*TINY, "--batch-sizes", "1"), 120)]
     started = time.time()
-    demo_set.run_set(sweeps, tmp_path, gpu_count=2, deadline_s=600)
-    first, solo, after = (status(tmp_path / f"h200-{n}") for n in ("first", "solo", "after"))
+    demo_set.run_set(sweeps, tmp_path, gpu_count=2, deadline_s=600, card="cpu")
+    first, solo, after = (status(tmp_path / f"cpu-{n}") for n in ("first", "solo", "after"))
     assert first["finished_at"] < solo["started_at"] and solo["finished_at"] < after["started_at"]
     assert time.time() - started < 300
+
+
+def test_a_run_folder_is_named_for_the_card_nvidia_smi_lists() -> None:
+    listing = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-9675e9f5-f440-dd9b-749d-e70436f7aaeb)\n"
+               "GPU 1: NVIDIA H200 (UUID: GPU-0b1c)\n"
+               "  MIG 3g.40gb     Device  0: (UUID: MIG-5c3e)\n"
+               "GPU 2: NVIDIA A100-SXM4-80GB (UUID: GPU-77aa)\n"
+               "GPU 3: NVIDIA GeForce RTX 4090 (UUID: GPU-12ef)\n")
+    names = demo_set.gpu_names(listing)
+    assert names == ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090"]
+    assert [demo_set.card_of(n) for n in names] == ["h100", "h200", "a100", "nvidia-geforce-rtx-4090"]
 
 
 def test_check_describes_each_folder_along_its_own_axis() -> None:
