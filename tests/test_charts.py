@@ -294,6 +294,18 @@ def test_empty_panels_say_no_data_instead_of_failing() -> None:
     panels = grid_panels(to_dict(charts.linked_charts(table, analyse(table, None, None))))
     assert title(panels["utilisation"]) == "utilisation (%): no data recorded"
     assert title(panels["memory"]) == "memory (GiB): no data recorded"
+    # an empty panel's axis has no numbers (Vega wrote "0.000000" beside an empty scale) and no legend of the
+    # series it does not draw (the memory parts of an endpoint run, whose memory is its server's)
+    for name in ("utilisation", "memory"):
+        drawn = [layer["encoding"] for layer in layers_of(panels[name]) if "scale" in layer.get("encoding", {})
+                 .get("y", {})]
+        assert drawn and all(e["y"]["scale"]["domain"] == [0, 1] and e["y"]["axis"] == {"labels": False, "ticks": False}
+                             for e in drawn)
+        assert all(e["color"].get("legend", "none") is None for e in drawn if "color" in e)
+    full = grid_panels(to_dict(charts.linked_charts(summary_table(points=3), analyse(summary_table(points=3), None,
+                                                                                       None))))
+    assert all("axis" not in layer["encoding"]["y"] for layer in layers_of(full["throughput"])
+               if "scale" in layer.get("encoding", {}).get("y", {}))
 
 
 def test_length_histogram_bins_the_sampled_lengths() -> None:

@@ -163,18 +163,23 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
     (layout.value_domain), where no fixed top applies."""
     overlay = colour_by == "run"
     fitted = {"domain": y_domain, "nice": True} if y_domain is not None else {}
-    y_scale = ({"type": "log", **fitted} if name == "latency" else
+    blank = frame.empty  # nothing recorded: an axis without numbers, no legend of series not drawn
+    y_scale = ({"domain": [0, 1]} if blank else
+               {"type": "log", **fitted} if name == "latency" else
                {"zero": True, "domain": [0, y_top]} if y_top is not None else
                {"zero": True, "domain": [0, percent_top(frame)]} if name == "utilisation" else
                {"zero": True, **fitted})
-    if stacked:
+    if blank:
+        colour = nominal(colour_by, legend=None, **({"scale": scale} if overlay else {}))
+    elif stacked:
         colour = memory_colour(None, {"orient": "bottom", "columns": 3})
     else:
         shown = not overlay or name == "throughput"  # an overlay names its runs once
         colour = nominal(colour_by, title=None, scale=scale if overlay else series_scale(frame["series"]),
                          legend={"orient": "bottom", "columns": 2} if shown else None)
     opacity = when(LEGEND, 1.0, 0.12) if overlay else {"value": 1.0}
-    y = quantitative("value", title=TITLES[name], scale=y_scale, **({"stack": "zero"} if stacked else {}))
+    y = quantitative("value", title=TITLES[name], scale=y_scale, **({"stack": "zero"} if stacked else {}),
+                     **({"axis": {"labels": False, "ticks": False}} if blank else {}))
     order = {"order": quantitative("order")} if stacked else {}
     layers: list[dict] = []
     if name == "throughput" and "lo" in frame:
