@@ -294,18 +294,28 @@ def test_empty_panels_say_no_data_instead_of_failing() -> None:
     panels = grid_panels(to_dict(charts.linked_charts(table, analyse(table, None, None))))
     assert title(panels["utilisation"]) == "utilisation (%): no data recorded"
     assert title(panels["memory"]) == "memory (GiB): no data recorded"
-    # an empty panel's axis has no numbers (Vega wrote "0.000000" beside an empty scale) and no legend of the
-    # series it does not draw (the memory parts of an endpoint run, whose memory is its server's)
+
+
+def scaled_y(panel: dict) -> list[dict]:
+    """The encodings of a panel's layers that carry the y scale."""
+    return [layer["encoding"] for layer in layers_of(panel) if "scale" in layer.get("encoding", {}).get("y", {})]
+
+
+def test_an_empty_panel_without_a_level_line_has_no_numbers_and_no_legend() -> None:
+    """Vega wrote "0.000000" beside an empty scale, under a legend of parts not drawn (the memory panel of an
+    endpoint run, whose memory is its server's); a level line (capacity, SLO) keeps the axis's numbers."""
+    table = summary_table(points=3).assign(gpu_util_pct=np.nan, mem_ctrl_util_pct=np.nan, mem_capacity=np.nan)
+    panels = grid_panels(to_dict(charts.linked_charts(table, analyse(table, None, None))))
     for name in ("utilisation", "memory"):
-        drawn = [layer["encoding"] for layer in layers_of(panels[name]) if "scale" in layer.get("encoding", {})
-                 .get("y", {})]
+        drawn = scaled_y(panels[name])
         assert drawn and all(e["y"]["scale"]["domain"] == [0, 1] and e["y"]["axis"] == {"labels": False, "ticks": False}
                              for e in drawn)
-        assert all(e["color"].get("legend", "none") is None for e in drawn if "color" in e)
-    full = grid_panels(to_dict(charts.linked_charts(summary_table(points=3), analyse(summary_table(points=3), None,
-                                                                                       None))))
-    assert all("axis" not in layer["encoding"]["y"] for layer in layers_of(full["throughput"])
-               if "scale" in layer.get("encoding", {}).get("y", {}))
+        assert all(e["color"]["legend"] is None for e in drawn if "color" in e)
+    assert all("axis" not in e["y"] for e in scaled_y(panels["throughput"]))
+    capacity = summary_table(points=3)  # no memory split given, but the capacity line is drawn
+    memory = grid_panels(to_dict(charts.linked_charts(capacity, analyse(capacity, None, None))))["memory"]
+    assert title(memory) == "memory (GiB): no data recorded"
+    assert all("axis" not in e["y"] and e["y"]["scale"].get("domain") != [0, 1] for e in scaled_y(memory))
 
 
 def test_length_histogram_bins_the_sampled_lengths() -> None:

@@ -116,7 +116,7 @@ def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.Da
         y_domain = value_domain(frame, ("value", "lo", "hi"), stacked, levels, log=name == "latency")
         frame_data = data.add(frame if not frame.empty else pd.DataFrame(columns=EMPTY_LONG))
         layers = [{"layer": _panel_layers(name, frame, frame_data, x, x_name, colour_by, stacked, y_top, scale,
-                                          y_domain)}]
+                                          y_domain, blank=frame.empty and not levels)}]
         if marker_data is not None:
             layers += _marker_layers(markers, marker_data, x, labelled=name == "throughput", domain=domain, data=data,
                                      colour=marker_colour, width=width)
@@ -156,14 +156,15 @@ def grid(frames: dict[str, pd.DataFrame], markers: pd.DataFrame, tradeoff: pd.Da
 
 
 def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: str, colour_by: str,
-                  stacked: bool, y_top: float | None, scale: dict, y_domain: list[float] | None = None) -> list[dict]:
+                  stacked: bool, y_top: float | None, scale: dict, y_domain: list[float] | None = None,
+                  blank: bool = False) -> list[dict]:
     """Lines (or a stack) for one panel, the highlight of the hovered x, and last, on top, the invisible
     layer that owns the hover: Vega-Lite's nearest-point cells sit above every mark and take the
     pointer, so the tooltip lives on them, for the point nearest the pointer. `y_domain`: the data's
-    (layout.value_domain), where no fixed top applies."""
+    (layout.value_domain), where no fixed top applies; `blank`: nothing recorded and no level line, so the axis
+    has no numbers and no legend names series that are not drawn."""
     overlay = colour_by == "run"
     fitted = {"domain": y_domain, "nice": True} if y_domain is not None else {}
-    blank = frame.empty  # nothing recorded: an axis without numbers, no legend of series not drawn
     y_scale = ({"domain": [0, 1]} if blank else
                {"type": "log", **fitted} if name == "latency" else
                {"zero": True, "domain": [0, y_top]} if y_top is not None else
