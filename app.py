@@ -1,4 +1,4 @@
-"""BatchScope's entry point: `streamlit run app.py`. Registers the pages and draws the home page."""
+"""BatchScope's app, served by `streamlit run serve.py` (run.sh starts it). Registers the pages, draws Home."""
 from __future__ import annotations
 
 from pathlib import Path

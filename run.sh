@@ -12,4 +12,4 @@ done
 # Checked before anything is installed: the standard library is enough to refuse an unsafe start.
 python3 -m batchscope.team.serving ${args[@]+"${args[@]}"}
 source scripts/venv.sh requirements.txt
-exec .venv/bin/python -m streamlit run app.py --server.address localhost ${args[@]+"${args[@]}"}
+exec .venv/bin/python -m streamlit run serve.py --server.address localhost ${args[@]+"${args[@]}"}

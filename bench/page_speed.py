@@ -3,7 +3,7 @@
     python bench/page_speed.py [--app-dir DIR [--app-dir OTHER]] [--pages run,history,explain] [--repeats 5]
                                [--json PATH]
 
-Starts `streamlit run app.py` in --app-dir (default: this checkout) on a fresh history holding only the
+Starts `streamlit run serve.py` in --app-dir (default: this checkout) on a fresh history holding only the
 shipped demo runs (imported on first start), opens each page once to warm the server (its caches, the
 analyses), then times `--repeats` fresh tabs per page: from navigation start (performance.timeOrigin)
 to the moment the page is ready, meaning every Vega chart holds drawn marks (or, for History, the table
@@ -63,10 +63,12 @@ def free_port() -> int:
 
 
 def serve(app_dir: Path, home: Path) -> tuple[str, subprocess.Popen]:
-    """`streamlit run app.py` in app_dir with its own history under home; returns once healthy."""
+    """The checkout's server (`streamlit run serve.py`; `app.py` in a checkout from before serve.py) in app_dir
+    with its own history under home; returns once healthy."""
     port = free_port()
+    entry = "serve.py" if (app_dir / "serve.py").exists() else "app.py"
     env = {**os.environ, "BATCHSCOPE_DB": str(home / "history.duckdb"), "BATCHSCOPE_RUNS": str(home / "runs")}
-    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", entry, "--server.port", str(port),
                                 "--server.headless", "true"], cwd=app_dir, env=env,
                                stdout=(home / "streamlit.log").open("w"), stderr=subprocess.STDOUT)
     url = f"http://localhost:{port}"

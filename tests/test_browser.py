@@ -1,4 +1,4 @@
-"""The real thing: `streamlit run app.py` driven by headless Chromium through a tiny CPU sweep.
+"""The real thing: `streamlit run serve.py` driven by headless Chromium through a tiny CPU sweep.
 
 Fills New sweep, launches, waits on the Run page for the sweep to finish, checks the four linked
 charts (data, markers, shared hover), then overlays two runs on History. Screenshots go to
@@ -47,7 +47,7 @@ SERVER_ROOTS: dict[str, Path] = {}  # server url -> its temp folder (DB, runs, l
 
 @contextmanager
 def app_process(root: Path) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`streamlit run app.py` on a free localhost port with its own history DB and runs folder in `root` (the demo
+    """The app served on a free localhost port with its own history DB and runs folder in `root` (the demo
     runs are imported on first start), and its process; it logs to root/streamlit.log."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed")
@@ -78,13 +78,13 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 def serve_app(tmp_path: Path, env: dict[str, str], *options: str, port: int | None = None
               ) -> tuple[str, subprocess.Popen, IO[str]]:
-    """`streamlit run app.py` on `port` (a free one by default) with `env` added, logging to
-    tmp_path/streamlit.log; returns once its health check answers (the test fails with the log's end if it
-    never does)."""
+    """`streamlit run serve.py` (app.py, served as run.sh serves it) on `port` (a free one by default) with `env`
+    added, logging to tmp_path/streamlit.log; returns once its health check answers (the test fails with the log's
+    end if it never does)."""
     port = port or free_port()
     log = (tmp_path / "streamlit.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+        [sys.executable, "-m", "streamlit", "run", "serve.py", "--server.port", str(port),
          "--server.address", "localhost", "--server.headless", "true", "--browser.gatherUsageStats", "false",
          *options],  # no file watcher: .streamlit/config.toml says so, as it does for `streamlit run` by hand
         cwd=REPO, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)

@@ -4,7 +4,7 @@ clicker sends, every step's title, chart and two sentences on screen without scr
 sentences beside it, and the place
 kept by a reload. Screenshots: test-artifacts/explain-<w>x<h>-step-<k>.png.
 
-Both window sizes use one server (a real `streamlit run app.py` with a fresh history, into which the
+Both window sizes use one server (a real `streamlit run serve.py` with a fresh history, into which the
 shipped demo runs are imported on first start): present mode only reads them.
 """
 from __future__ import annotations

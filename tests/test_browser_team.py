@@ -1,7 +1,7 @@
 """A team's dashboard in headless Chromium, signed in through a real OpenID Connect provider.
 
 The provider is oidc-provider-mock (a standards-compliant provider, in this process on a free port);
-the app is a real `streamlit run app.py` with [auth] in its own secrets file and a team file. A
+the app is a real `streamlit run serve.py` with [auth] in its own secrets file and a team file. A
 signed-out visitor sees only the sign-in page; tuner A launches a sweep; tuner B cannot cancel,
 rename or delete it (no control); an admin cancels, renames and deletes it; the Audit page lists
 each action with its user; a viewer cannot launch. The server-side refusals are tests/test_team.py's.
@@ -58,7 +58,7 @@ class Served:
 
 @pytest.fixture
 def team_server(tmp_path: Path, provider: str) -> Iterator[Served]:
-    """`streamlit run app.py` with sign-in configured for the provider."""
+    """The app served with sign-in configured for the provider."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed")
     port = free_port()
