@@ -105,7 +105,7 @@ def test_memory_split_long_table() -> None:
         "run_id": ["r", "r", "r"], "batch_size": [1, 2, 4], "status": ["ok", "ok", "oom"],
         "mem_capacity": [1000, 1000, 1000], "mem_weights": [100, 100, None], "mem_kv_allocated": [50, None, None],
         "mem_kv_used": [30, 60, None], "mem_activations": [10, None, None], "mem_allocator_reserve": [5, None, None],
-        "mem_other": [7, 9, None],
+        "mem_other": [7, 9, None], "mem_nvml_used": [152, None, None],
     })
     split = memory_split(points)
     one = split[split["batch_size"] == 1]
@@ -117,3 +117,18 @@ def test_memory_split_long_table() -> None:
     assert split[split["batch_size"] == 2]["part"].astype(str).tolist() == ["weights", "kv_used", "other"]
     assert 4 not in set(split["batch_size"])
     assert list(split.columns) == ["run_id", "batch_size", "x", "status", "part", "bytes", "capacity"]
+
+
+def test_a_point_with_no_split_but_its_devices_count_has_that_count_as_its_one_part() -> None:
+    """An endpoint's points: the model runs in the server, so NVML's whole-device count is all there is."""
+    nothing = [None, None, None]
+    points = pd.DataFrame({
+        "run_id": ["e", "e", "e"], "batch_size": [1, 16, 64], "status": ["ok", "ok", "error"],
+        "mem_capacity": [2000, 2000, None], "mem_weights": nothing, "mem_kv_allocated": nothing, "mem_kv_used": nothing,
+        "mem_activations": nothing, "mem_allocator_reserve": nothing, "mem_other": nothing,
+        "mem_nvml_used": [1500, 1510, None],
+    })
+    split = memory_split(points)
+    assert split["part"].astype(str).tolist() == ["nvml_used", "nvml_used"]
+    assert split["bytes"].tolist() == [1500, 1510] and split["batch_size"].tolist() == [1, 16]
+    assert set(split["capacity"]) == {2000}

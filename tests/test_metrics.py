@@ -83,6 +83,20 @@ def test_memory_split_parts_add_up():
     assert parts["mem_weights"] + parts["mem_kv_allocated"] + 30 == parts["mem_nvml_used"]
 
 
+def test_an_endpoint_point_keeps_each_gpus_peak_in_its_measured_repeats_summed() -> None:
+    def sample(point: int, repeat: int, gpu: int | None, used: float | None) -> dict:
+        return {"point_index": point, "repeat": repeat, "gpu_index": gpu, "mem_used_bytes": used}
+
+    samples = [sample(2, -1, 0, 90.0),  # setup: the server loading, never counted
+               sample(2, 0, 0, 60.0), sample(2, 0, 1, 30.0), sample(2, 1, 0, 64.0), sample(2, 1, 1, 29.0),
+               sample(3, 0, 0, 99.0)]  # the next point's
+    # GPU 0 peaks at 64, GPU 1 at 30 inside the repeats: 94 of the two GPUs' 200
+    assert memory.served(samples, 2, 200) == {"mem_nvml_used": 94, "mem_capacity": 200}
+    cpu = [sample(2, 0, None, None), sample(2, 1, None, None)]  # a CPU or a remote server: no device count
+    assert memory.served(cpu, 2, None) == {}
+    assert memory.served(samples[:1], 2, 200) == {}  # nothing inside a repeat
+
+
 def test_memory_split_unknown_parts_stay_unknown():
     parts = memory.split(capacity=100, weights=40, kv_allocated=20, kv_used=12, peak_allocated=50,
                          reserved=None, device_used=None)

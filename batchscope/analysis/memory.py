@@ -14,8 +14,9 @@ from batchscope.units import GiB
 
 TIGHT_FRACTION = 0.9  # above this share of capacity, activations and the CUDA context may still OOM
 
-# The stacking order of the memory chart, bottom to top (docs/design.md §2, "Memory split").
-SPLIT_PARTS = ("weights", "kv_used", "kv_unused", "activations", "allocator_reserve", "other")
+# The stacking order of the memory chart, bottom to top (docs/design.md §2, "Memory split"); last, a point
+# that has no split (an endpoint's: its model runs in the server) draws its GPUs' whole memory in use instead.
+SPLIT_PARTS = ("weights", "kv_used", "kv_unused", "activations", "allocator_reserve", "other", "nvml_used")
 
 
 def memory_split(points: pd.DataFrame) -> pd.DataFrame:
@@ -23,7 +24,8 @@ def memory_split(points: pd.DataFrame) -> pd.DataFrame:
     `axis.sweep_x`) and part, with bytes and capacity.
 
     kv_unused = KV allocated − KV used. Parts a point does not report (the torch-allocator parts on
-    CPU, everything on an OOM point) are left out rather than drawn as zero.
+    CPU, everything on an OOM point) are left out rather than drawn as zero. A point with no part at all
+    but a device count (an endpoint's, from NVML) has that count as its one part, `nvml_used`.
     """
     parts = pd.DataFrame({
         "weights": points["mem_weights"],
@@ -33,6 +35,7 @@ def memory_split(points: pd.DataFrame) -> pd.DataFrame:
         "allocator_reserve": points["mem_allocator_reserve"],
         "other": points["mem_other"],
     })
+    parts["nvml_used"] = points["mem_nvml_used"].where(parts.isna().all(axis=1))
     points = points.assign(x=sweep_x(points))
     keys = [c for c in ("run_id", "batch_size", "x", "status") if c in points.columns]
     wide = pd.concat([points[keys + ["mem_capacity"]].rename(columns={"mem_capacity": "capacity"}), parts], axis=1)

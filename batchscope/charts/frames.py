@@ -21,7 +21,8 @@ UTILISATION_COLUMNS = {column: label(column) for column in (
 COMM_SERIES = label("comm_share")
 MEMORY_PARTS = {"weights": label("mem_weights"), "kv_used": label("mem_kv_used"),
                 "kv_unused": "KV cache (allocated, unused)", "activations": label("mem_activations"),
-                "allocator_reserve": label("mem_allocator_reserve"), "other": label("mem_other")}
+                "allocator_reserve": label("mem_allocator_reserve"), "other": label("mem_other"),
+                "nvml_used": label("mem_nvml_used")}
 ROOFLINE_SERIES = label("predicted_tokens_per_s")
 ROOFLINE_STEP_SERIES = label("predicted_step_ms")
 MARKER_ATTRIBUTES = (("plateau", "plateau"), ("kneedle", "kneedle"), ("slo_limit", "SLO limit"),

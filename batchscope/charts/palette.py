@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-# One colour per memory part on every page (Run, History, Explain), listed in stacking order, bottom up.
+# One colour per memory part on every page (Run, History, Explain), listed in stacking order, bottom up; last,
+# an endpoint's whole device in use (its model runs in the server, so it has no split).
 MEMORY_COLOURS = {"weights": "#4c78a8", "KV cache (used)": "#f58518", "KV cache (allocated, unused)": "#ffbf79",
                   "activations + workspace": "#54a24b", "allocator reserve": "#b279a2",
-                  "CUDA context + other": "#9d755d"}
+                  "CUDA context + other": "#9d755d", "memory in use (NVML)": "#bcbd22"}
 MARKER_COLOURS = {"plateau": "#1b9e77", "kneedle": "#7570b3", "SLO limit": "#d95f02",
                   "working point": "#e7298a", "OOM": "#d62728"}
 TABLEAU10 = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
@@ -71,9 +72,12 @@ def run_scale(runs: list[str]) -> dict:
     return {"domain": runs, "range": [TABLEAU10[i % len(TABLEAU10)] for i in range(len(runs))]}
 
 
-def memory_colour(title: str | None = "memory", legend: dict | None = None) -> dict:
-    """The memory parts' colour encoding every page uses: fixed colours, legend in stacking order."""
+def memory_colour(drawn: Iterable[str], title: str | None = "memory", legend: dict | None = None) -> dict:
+    """The memory parts' colour encoding every page uses: each part its fixed colour, the legend naming the
+    parts `drawn` (a chart's series) in stacking order; with none drawn, every part."""
+    shown = set(drawn)
+    parts = [part for part in MEMORY_COLOURS if part in shown] or list(MEMORY_COLOURS)
     return {"field": "series", "type": "nominal", "title": title,
-            "scale": {"domain": list(MEMORY_COLOURS), "range": list(MEMORY_COLOURS.values())},
-            "sort": list(MEMORY_COLOURS),  # three columns hold the longest part's name uncut
+            "scale": {"domain": parts, "range": [MEMORY_COLOURS[part] for part in parts]},
+            "sort": parts,  # three columns hold the longest part's name uncut
             "legend": legend or {"orient": "bottom", "columns": 3, "labelLimit": 0}}

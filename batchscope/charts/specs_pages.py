@@ -62,8 +62,8 @@ def memory_split_by_run(splits_by_run: Mapping[str, pd.DataFrame]) -> alt.FacetC
     x = alt.X("x:Q", title=None, scale=alt.Scale(type="log", base=2, domain=log_domain(ticks)),
               axis=alt.Axis(values=ticks or [1], format="d" if whole else "~g", labelOverlap="greedy"))
     area = alt.Chart(frame).mark_area(opacity=0.85, line=True).encode(
-        x=x, y=alt.Y("value:Q", stack="zero", title="memory (GiB)"), color=alt.Color(**memory_colour()),
-        order=alt.Order("order:Q"),
+        x=x, y=alt.Y("value:Q", stack="zero", title="memory (GiB)"),
+        color=alt.Color(**memory_colour(frame["series"])), order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("run:N"), alt.Tooltip("series:N", title="part"), alt.Tooltip("x:Q"),
                  alt.Tooltip("shown:N", title="size"), alt.Tooltip("note:N", title="total")])
     width = max(160, 2 * PANEL_WIDTH // max(1, len(splits_by_run)) - 20)

@@ -173,7 +173,7 @@ def _panel_layers(name: str, frame: pd.DataFrame, data: dict, x: dict, x_name: s
     if blank:
         colour = nominal(colour_by, legend=None, **({"scale": scale} if overlay else {}))
     elif stacked:
-        colour = memory_colour(None, {"orient": "bottom", "columns": 3})
+        colour = memory_colour(frame["series"], None, {"orient": "bottom", "columns": 3})
     else:
         shown = not overlay or name == "throughput"  # an overlay names its runs once
         colour = nominal(colour_by, title=None, scale=scale if overlay else series_scale(frame["series"]),

@@ -69,7 +69,7 @@ def memory_chart(table: pd.DataFrame, split: pd.DataFrame, on_gpu: bool = True) 
     frame = frames.memory_frame(ok_split)
     x = batch_x(table)
     base = alt.Chart(frame if not frame.empty else pd.DataFrame(columns=EMPTY + ["order"]))
-    colour = alt.Color(**palette.memory_colour(None, {"orient": "bottom"}))  # columns: fit_legend
+    colour = alt.Color(**palette.memory_colour(frame["series"], None, {"orient": "bottom"}))  # columns: fit_legend
     layers: list[alt.Chart] = [base.mark_area(opacity=0.85, line=True).encode(
         x=x, y=alt.Y("value:Q", stack="zero", title="memory (GiB)"), color=colour, order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("series:N", title="part"), alt.Tooltip("x:Q", title="batch"),

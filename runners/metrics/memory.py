@@ -1,5 +1,9 @@
-"""The memory split of one point into the budget's parts (docs/design.md §2), from measured totals."""
+"""The memory split of one point into the budget's parts (docs/design.md §2), from measured totals; an
+endpoint's point, whose model runs in another process, gets its GPUs' memory in use from the samples."""
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 
 def split(*, capacity: int, weights: int, kv_allocated: int, kv_used: int, peak_allocated: int | None,
@@ -20,3 +24,18 @@ def split(*, capacity: int, weights: int, kv_allocated: int, kv_used: int, peak_
         "mem_allocator_reserve": rest(reserved, peak_allocated), "mem_other": rest(device_used, reserved),
         "mem_peak_allocated": peak_allocated, "mem_reserved": reserved, "mem_nvml_used": device_used,
     }
+
+
+def served(samples: Sequence[dict[str, Any]], point_index: int, capacity: int | None) -> dict[str, int | None]:
+    """An endpoint point's memory: the server's GPUs, seen by NVML, have no split into parts (the model is
+    not in this process), so the point keeps what the whole device holds: per GPU the most memory in use
+    during the point's measured repeats, summed over the GPUs, and their capacity. Nothing when no sample
+    holds GPU memory (a CPU run, a remote server, no sample inside a repeat)."""
+    peaks: dict[Any, float] = {}
+    for sample in samples:
+        used = sample.get("mem_used_bytes")
+        if sample["point_index"] == point_index and sample["repeat"] >= 0 and used is not None:
+            peaks[sample.get("gpu_index")] = max(used, peaks.get(sample.get("gpu_index"), 0.0))
+    if not peaks:
+        return {}
+    return {"mem_nvml_used": int(sum(peaks.values())), "mem_capacity": capacity}

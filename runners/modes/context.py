@@ -126,9 +126,9 @@ class PointContext:
     stage: Stages
 
     def run(self, index: int, point: Point, work: PointRun[R]) -> Summary:
-        """Setup, warm-up and measured runs under the failure guard, then the memory split (none
-        without an engine: an endpoint's memory is its server's, seen only in the samples), the point's
-        columns and its files. Measured runs go on until the throughput is known (runners.modes.draws)."""
+        """Setup, warm-up and measured runs under the failure guard, then the memory split (without an
+        engine only the server's GPU memory in use, from the samples: `write`), the point's columns and its
+        files. Measured runs go on until the throughput is known (runners.modes.draws)."""
         rss_before = self.memory_baseline()
         repeats: list[R] = []
         windows: list[Window] = []
@@ -224,6 +224,8 @@ class PointContext:
         kept = list(repeats) if summary.ok else []
         samples = tag_samples(self.sampler.drain(), windows)
         summary.update(**utilisation(samples, index, windows, sum(rep.row["output_tokens"] for rep in kept)))
+        if self.engine is None and summary.ok:
+            summary.update(**memory.served(samples, index, self.sampler.memory_total()))
         clock.mark("samples")
         for row in samples:
             del row["stage"]

@@ -193,6 +193,12 @@ class Sampler:
         with self._lock:
             return max([r["rss_bytes"] for r in self._rows if r["rss_bytes"] is not None] + [rss_bytes()])
 
+    def memory_total(self) -> int | None:
+        """The sampled GPUs' memory in all (NVML), or None when no GPU is sampled (a CPU, or no NVML)."""
+        if not self.gpus:
+            return None
+        return sum(int(pynvml.nvmlDeviceGetMemoryInfo(probe.handle).total) for _, probe in self.gpus)
+
     def drain(self) -> list[dict[str, Any]]:
         with self._lock:
             rows, self._rows = self._rows, []
