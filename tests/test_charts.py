@@ -1,6 +1,7 @@
 """The Altair specs: what each panel plots, the shared hover and axis, markers in all four, overlays."""
 from __future__ import annotations
 
+import json
 import warnings
 
 import altair as alt
@@ -317,6 +318,21 @@ def test_an_empty_panel_without_a_level_line_has_no_numbers_and_no_legend() -> N
     memory = grid_panels(to_dict(charts.linked_charts(capacity, analyse(capacity, None, None))))["memory"]
     assert title(memory) == "memory (GiB): no data recorded"
     assert all("axis" not in e["y"] and e["y"]["scale"].get("domain") != [0, 1] for e in scaled_y(memory))
+
+
+def test_an_endpoint_runs_memory_panel_stacks_its_servers_gpu_count_under_its_capacity() -> None:
+    """No split (the model runs in the server): one part, NVML's count, the only name in the legend."""
+    split_columns = ("mem_weights", "mem_kv_allocated", "mem_kv_used", "mem_activations", "mem_allocator_reserve",
+                     "mem_other")
+    table = summary_table(points=3).assign(**{c: np.nan for c in split_columns},
+                                           mem_nvml_used=[120 * GiB, 121 * GiB, 121 * GiB], mem_capacity=140 * GiB)
+    spec = to_dict(charts.linked_charts(table, analyse(table, None, None), memory_split=memory_split(table)))
+    memory = grid_panels(spec)["memory"]
+    colours = [e["color"] for e in scaled_y(memory) if e.get("color", {}).get("field") == "series"]
+    nvml = palette.MEMORY_COLOURS["memory in use (NVML)"]
+    assert colours and all(c["scale"] == {"domain": ["memory in use (NVML)"], "range": [nvml]} for c in colours)
+    assert nvml not in [colour for name, colour in palette.MEMORY_COLOURS.items() if name != "memory in use (NVML)"]
+    assert title(memory) == "memory (GiB)" and "capacity 140.0 GiB" in json.dumps(spec["datasets"])
 
 
 def test_length_histogram_bins_the_sampled_lengths() -> None:

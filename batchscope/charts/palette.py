@@ -7,10 +7,10 @@ import re
 from collections.abc import Iterable
 
 # One colour per memory part on every page (Run, History, Explain), listed in stacking order, bottom up; last,
-# an endpoint's whole device in use (its model runs in the server, so it has no split).
+# an endpoint's whole device in use (its model runs in the server, so it has no split), a neutral grey.
 MEMORY_COLOURS = {"weights": "#4c78a8", "KV cache (used)": "#f58518", "KV cache (allocated, unused)": "#ffbf79",
                   "activations + workspace": "#54a24b", "allocator reserve": "#b279a2",
-                  "CUDA context + other": "#9d755d", "memory in use (NVML)": "#bcbd22"}
+                  "CUDA context + other": "#9d755d", "memory in use (NVML)": "#a9a9a9"}
 MARKER_COLOURS = {"plateau": "#1b9e77", "kneedle": "#7570b3", "SLO limit": "#d95f02",
                   "working point": "#e7298a", "OOM": "#d62728"}
 TABLEAU10 = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
