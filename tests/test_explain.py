@@ -13,7 +13,7 @@ import pytest
 from batchscope.analysis import SLO, Analysis, Marker, analyse, memory_split
 from batchscope.explain.engines import contrast
 from batchscope.explain.latency import latency_sentences
-from batchscope.explain.memory import memory_sentences, memory_title
+from batchscope.explain.memory import memory_sentences
 from batchscope.explain.roofline import roofline_sentences
 from batchscope.explain.throughput import dip, throughput_sentences, throughput_title
 from batchscope.explain.utilisation import utilisation_sentences
@@ -245,28 +245,6 @@ def test_memory_one_kv_measure_and_capacity_from_the_whole_footprint() -> None:
     used_only = table.drop(columns=["mem_kv_allocated"])
     assert "the KV cache used (what live tokens fill) grows with the batch: 256 MiB at batch 1, 1.0 GiB at batch 4, " \
            "256 MiB per request." in memory_sentences(used_only, split)[0]
-
-
-def test_memory_of_a_served_run_reads_the_servers_gpu_whole_and_projects_nothing_from_it() -> None:
-    """An endpoint run: no split, NVML's count of the server's GPU only (120, 120.5 and 121 GiB of 140)."""
-    nothing = [float("nan")] * 3
-    table = points(**{c: nothing for c in ("mem_weights", "mem_kv_used", "mem_kv_allocated", "mem_activations",
-                                           "mem_allocator_reserve", "mem_other")},
-                   mem_nvml_used=[120 * GiB, 120.5 * GiB, 121 * GiB], mem_capacity=[140 * GiB] * 3)
-    split = memory_split(table)
-    assert memory_title(split) == "Memory: the server's GPU, counted whole"
-    first, second = memory_sentences(table, split)
-    # 121 − 120 = 1 GiB, within 1 % of 121 GiB: flat
-    assert first == ("The model runs in the server, not in this process, so its memory has no split into weights "
-                     "and KV cache; NVML counts the whole device's memory in use: 121.0 GiB at every batch from 1 to "
-                     "4, the same whatever the load, so the server holds its memory up front rather than per "
-                     "request.")
-    # 121 / 140 = 86 %; no growth per request is projected from a server's count
-    assert second == "No batch ran out of memory; the largest, 4, used 121.0 GiB of the 140.0 GiB on the device (86 %)."
-    growing = table.assign(mem_nvml_used=[60 * GiB, 80 * GiB, 100 * GiB])
-    assert memory_sentences(growing, memory_split(growing))[0].endswith(
-        "in use: 60.0 GiB at batch 1, 100.0 GiB at batch 4.")
-    assert memory_title(memory_points(["ok", "ok", "ok"])[1]).startswith("Memory: fixed weights")
 
 
 def test_memory_names_the_oom_point_and_missing_split() -> None:

@@ -1,6 +1,5 @@
 """Explain step 4, memory: fixed weights and a growing KV cache, then capacity, headroom and the OOM point
-projected from how much the whole footprint grew per request. An endpoint's model runs in its server, so its
-points have no split: the step reads the server's GPUs whole, as NVML counts them."""
+projected from how much the whole footprint grew per request."""
 from __future__ import annotations
 
 import math
@@ -12,7 +11,6 @@ from batchscope.explain.words import measured
 from batchscope.units import size
 
 FAR_BATCHES = 100  # a capacity line this many times the largest batch away is "far"
-FLAT = 0.01  # a device count that moves less than this share across the sweep is "the same at every load"
 KV_MEASURES = (("mem_kv_allocated", "allocated (what the cache reserves)"),
                ("mem_kv_used", "used (what live tokens fill)"))
 SPLIT_GROWTH = (("kv", "KV cache"), ("activations", "activations"), ("allocator_reserve", "allocator reserve"))
@@ -26,26 +24,12 @@ def kv_measure(table: pd.DataFrame) -> tuple[str, str] | None:
     return None
 
 
-def is_served(split: pd.DataFrame) -> bool:
-    """Whether the split holds only a device count (an endpoint's server, seen by NVML), no part of its own."""
-    parts = set(split["part"].astype(str)) if "part" in split and not split.empty else set()
-    return parts == {"nvml_used"}
-
-
-def memory_title(split: pd.DataFrame) -> str:
-    if is_served(split):
-        return "Memory: the server's GPU, counted whole"
-    return "Memory: fixed weights; KV cache and activations grow with the batch"
-
-
 def memory_sentences(table: pd.DataFrame, split: pd.DataFrame) -> tuple[str, str]:
-    """Weights fixed and the KV cache growing (one KV measure, named), or a server's GPU counted whole; then
-    capacity, headroom and the OOM point, projected from how much the whole footprint grew per request."""
+    """Weights fixed and the KV cache growing (one KV measure, named); then capacity, headroom and the OOM
+    point, projected from how much the whole footprint grew per request."""
     weights = measured(table, "mem_weights")
     kv = kv_measure(table)
-    if is_served(split):
-        first = served_sentence(measured(table, "mem_nvml_used"))
-    elif weights.empty and kv is None:
+    if weights.empty and kv is None:
         first = "This run recorded no memory split (weights, KV cache), so where its memory goes is unknown."
     else:
         held = (f"The weights take {size(weights['mem_weights'].max())} at every batch size" if not weights.empty
@@ -64,21 +48,6 @@ def memory_sentences(table: pd.DataFrame, split: pd.DataFrame) -> tuple[str, str
                 first = (f"{held}, while the KV cache {meaning} grows with the batch: {size(a[column])} at batch "
                          f"{int(a['batch_size'])}, {size(z[column])} at batch {int(z['batch_size'])}{per}.")
     return first, capacity_sentence(table, split)
-
-
-def served_sentence(rows: pd.DataFrame) -> str:
-    """What NVML counted on the server's GPUs, first and last finished point; flat when it barely moved."""
-    a, z = rows.iloc[0], rows.iloc[-1]
-    head = ("The model runs in the server, not in this process, so its memory has no split into weights and KV "
-            "cache; NVML counts the whole device's memory in use")
-    low, high = float(rows["mem_nvml_used"].min()), float(rows["mem_nvml_used"].max())
-    if len(rows) == 1:
-        return f"{head}: {size(a['mem_nvml_used'])} at batch {int(a['batch_size'])}, the only finished batch."
-    if high - low <= FLAT * high:
-        return (f"{head}: {size(high)} at every batch from {int(a['batch_size'])} to {int(z['batch_size'])}, the "
-                f"same whatever the load, so the server holds its memory up front rather than per request.")
-    return (f"{head}: {size(a['mem_nvml_used'])} at batch {int(a['batch_size'])}, {size(z['mem_nvml_used'])} at "
-            f"batch {int(z['batch_size'])}.")
 
 
 def capacity_sentence(table: pd.DataFrame, split: pd.DataFrame) -> str:
@@ -100,13 +69,12 @@ def capacity_sentence(table: pd.DataFrame, split: pd.DataFrame) -> str:
         of = f"{size(ul)} of the {size(capacity)} on the device ({share})"
     head = (f"Batch {ooms[0]} ran out of memory; the largest batch that fit, {bl}, used {of}" if ooms
             else f"No batch ran out of memory; the largest, {bl}, used {of}")
-    growth = None if is_served(split) else footprint_growth(ok_split)  # a server's memory is not per request
+    growth = footprint_growth(ok_split)
     if growth is None:
         return head + "."
     per_row, low, parts = growth
-    named = ", ".join(f"{name} {size(parts[key])}" for key, name in SPLIT_GROWTH if key in parts)
-    grew = f"from batch {low} to {bl} the whole footprint grew {size(per_row)} per request" + (
-        f" ({named})" if named else "")
+    grew = (f"from batch {low} to {bl} the whole footprint grew {size(per_row)} per request ("
+            + ", ".join(f"{name} {size(parts[key])}" for key, name in SPLIT_GROWTH if key in parts) + ")")
     if math.isnan(capacity) or per_row <= 0:
         return f"{head}; {grew}."
     reach = bl + max(0.0, capacity - ul) / per_row
@@ -122,8 +90,7 @@ def capacity_sentence(table: pd.DataFrame, split: pd.DataFrame) -> str:
 
 def footprint_growth(ok_split: pd.DataFrame) -> tuple[float, int, dict[str, float]] | None:
     """Bytes per added request between the two largest finished batches: the whole footprint, its first batch,
-    and the growth of those of KV (used + unused), activations and allocator reserve the split holds; None
-    with fewer than two."""
+    and the growth of KV (used + unused), activations and allocator reserve; None with fewer than two."""
     wide = ok_split.dropna(subset=["bytes"]).pivot_table(index="batch_size", columns="part", values="bytes",
                                                           aggfunc="sum", observed=True)
     wide = wide[wide.sum(axis=1) > 0].sort_index()
@@ -132,7 +99,6 @@ def footprint_growth(ok_split: pd.DataFrame) -> tuple[float, int, dict[str, floa
     low, high = wide.iloc[-2], wide.iloc[-1]
     rows = float(wide.index[-1] - wide.index[-2])
     grown = (high - low).fillna(0.0) / rows
-    kv = [grown[key] for key in ("kv_used", "kv_unused") if key in grown]
-    parts = {"kv": float(sum(kv))} if kv else {}
+    parts = {"kv": float(grown.get("kv_used", 0.0) + grown.get("kv_unused", 0.0))}
     parts.update({key: float(grown[key]) for key in ("activations", "allocator_reserve") if key in grown})
     return float(grown.sum()), int(wide.index[-2]), parts

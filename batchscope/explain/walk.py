@@ -13,7 +13,7 @@ import pandas as pd
 from batchscope.analysis import SLO, Analysis
 from batchscope.explain import charts
 from batchscope.explain.latency import latency_sentences
-from batchscope.explain.memory import memory_sentences, memory_title
+from batchscope.explain.memory import memory_sentences
 from batchscope.explain.roofline import roofline_sentences
 from batchscope.explain.step import Step
 from batchscope.explain.throughput import throughput_sentences, throughput_title
@@ -43,7 +43,7 @@ def explain_steps(run: dict[str, Any], table: pd.DataFrame, analysis: Analysis, 
              charts.latency_chart(table, percentile), latency_sentences(table, percentile, run)),
         Step("utilisation", utilisation_title(table),
              charts.utilisation_chart(table, (run.get("env") or {}).get("cpu_count")), utilisation_sentences(run, table)),
-        Step("memory", memory_title(split),
+        Step("memory", "Memory: fixed weights; KV cache and activations grow with the batch",
              charts.memory_chart(table, split, on_gpu=(run.get("env") or {}).get("device", run.get("device")) != "cpu"),
              memory_sentences(table, split)),
         Step("roofline", "The roofline: memory- or compute-bound, and how close to the floor",
