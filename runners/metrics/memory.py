@@ -33,9 +33,9 @@ def served(samples: Sequence[dict[str, Any]], point_index: int, capacity: int | 
     holds GPU memory (a CPU run, a remote server, no sample inside a repeat)."""
     peaks: dict[Any, float] = {}
     for sample in samples:
-        used = sample.get("mem_used_bytes")
+        used, gpu = sample.get("mem_used_bytes"), sample.get("gpu_index")
         if sample["point_index"] == point_index and sample["repeat"] >= 0 and used is not None:
-            peaks[sample.get("gpu_index")] = max(used, peaks.get(sample.get("gpu_index"), 0.0))
+            peaks[gpu] = max(used, peaks.get(gpu, 0.0))
     if not peaks:
         return {}
     return {"mem_nvml_used": int(sum(peaks.values())), "mem_capacity": capacity}
