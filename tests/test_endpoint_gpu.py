@@ -34,7 +34,8 @@ def test_a_served_points_memory_is_its_gpus_count_in_use_under_its_capacity(tmp_
                       "--server-command", command, "--concurrency", "1,4", "--num-requests", "8",
                       "--prompt-len", "fixed:64", "--output-len", "fixed:16", "--repeats", "1", "--warmup", "0",
                       timeout=600)
-    assert done.returncode == 0, done.stderr
+    server_log = out / "server.log"
+    assert done.returncode == 0, done.stderr + (server_log.read_text()[-3000:] if server_log.exists() else "")
     rows = [pq.read_table(f).to_pylist()[0] for f in sorted((out / "points").glob("*.summary.parquet"))]
     capacity = int(pynvml.nvmlDeviceGetMemoryInfo(nvml_handle(torch.device("cuda", 0))).total)
     assert len(rows) == 2
