@@ -2,13 +2,13 @@
 
     python bench/console_session.py [--minutes 2]
 
-Starts `streamlit run app.py` with the shipped config on a fresh history (the demo runs imported on first start)
+Starts `streamlit run serve.py` with the shipped config on a fresh history (the demo runs imported on first start)
 and, until `--minutes` have passed, opens every page by its own link in a fresh tab of one headless Chromium
 (Home, New sweep, Run bare and by link for a static and a continuous demo run, History and an overlay link,
 Explain, Explain present walked by keys), resizing each tab from 1440x900 to 1920x1080 once it is drawn. Prints
-every console warning and error with the page it came from, how often, and whether it is Streamlit's own
-deep-link probe (streamlit/streamlit#7074: `/<page>/_stcore/health` and `host-config` answered 404 before the
-front end retries at `/`), then the server log's file-watcher (inotify) and traceback lines.
+every console warning and error with the page it came from and how often (a deep link no longer probes for the
+server under its own path: `batchscope/page_base.py`), then the server log's file-watcher (inotify) and traceback
+lines.
 
 Not a test: what a timed browser sees depends on the machine's load (docs/benchmarks.md); the test that a clean
 server fails no request of ours and logs nothing is tests/test_browser_server.py.
@@ -28,7 +28,6 @@ from playwright.sync_api import sync_playwright
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.test_browser import CHART, CHROMIUM, CHROMIUM_ARGS, serve_app  # noqa: E402
-from tests.test_browser_server import UPSTREAM_PROBE  # noqa: E402
 
 STATIC_RUN, CONTINUOUS_RUN = "h200-fast-8b-bf16-chat", "h200-cont-8b-bf16-chat-rate"
 PAGES = ["", "new_sweep", "run", f"run?run={STATIC_RUN}", f"run?run={CONTINUOUS_RUN}", "history",
@@ -84,11 +83,8 @@ def main() -> None:
         log_hits = [line for line in (Path(home) / "streamlit.log").read_text().splitlines() if LOG_LINES.search(line)]
     print(f"{loads} page loads in {minutes:.1f} min; console warnings and errors (count, page, kind, text):")
     for (page, kind, text, where), count in sorted(heard.items()):
-        probe = UPSTREAM_PROBE.match(where.removeprefix(url).split("?")[0])
-        print(f"  {count:3} /{page}  {kind}: {text}" + ("  [Streamlit's deep-link probe]" if probe else ""))
-    ours = sum(count for (_, _, _, where), count in heard.items()
-               if not UPSTREAM_PROBE.match(where.removeprefix(url).split("?")[0]))
-    print(f"from our pages: {ours}; server log lines on inotify, watchdog or a traceback: {len(log_hits)}")
+        print(f"  {count:3} /{page}  {kind}: {text}  ({where.removeprefix(url)})")
+    print(f"in all: {sum(heard.values())}; server log lines on inotify, watchdog or a traceback: {len(log_hits)}")
     for line in log_hits[:20]:
         print("  " + line)
 
