@@ -1,0 +1,88 @@
+"""Why an `hf-generate` repeat can run 4x slower than its own replay: what a decode step pays for a new length.
+
+    PYTHONPATH=. python3 bench/hf_first_shapes.py [--batch 4] [--prompt 700] [--output 400] [--repeats 4]
+                                                  [--sdpa cudnn,flash,efficient,math] [--kernels]
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH=. python3 bench/hf_first_shapes.py ...
+
+`generate()` grows its DynamicCache a token per step, so each decode step's attention has a key length no step had
+before, the first time round. The same batch is generated `--repeats` times; per repeat it prints the wall time,
+the median decode step, the segments torch's allocator took from the driver (cudaMalloc calls), its retries, and
+the process's resident memory growth. `--sdpa` limits scaled-dot-product attention to those backends (torch's
+`sdpa_kernel`); `--kernels` profiles a short generate and prints the attention kernels it launched.
+
+On an H100 (twenty-second session, docs/benchmarks.md) the first repeat ran at 42 ms a step and every later one at
+9.3 ms, with no new segment either way (so not the allocator) and 1.1 GiB more resident memory in the first alone:
+a per-length cost paid once on the host. Which backend pays it is what `--sdpa` and `--kernels` tell.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from runners.engines.base import Batch
+from runners.engines.hf_generate import HFGenerateEngine
+from runners.engines.models import load
+from runners.telemetry.telemetry import rss_bytes
+
+
+BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+ATTENTION_WORDS = ("attn", "attention", "fmha", "flash", "cudnn", "sdpa", "softmax")
+
+
+def attention_kernels(engine: HFGenerateEngine, batch: Batch) -> list[str]:
+    """The CUDA kernels of a 4-token generate whose names say attention, most time first."""
+    short = Batch(prompt_ids=batch.prompt_ids, output_lens=[4] * batch.size)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        engine.generate(short)
+    events = [e for e in profile.key_averages() if any(w in e.key.lower() for w in ATTENTION_WORDS)]
+    return [f"{e.key[:110]} x{e.count}" for e in sorted(events, key=lambda e: -e.device_time_total)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="llama-3.2-1b")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--prompt", type=int, default=700)
+    parser.add_argument("--output", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--sdpa", type=lambda text: [BACKENDS[name] for name in text.split(",")], default=None,
+                        help=f"only these attention backends, of {','.join(BACKENDS)} (default: torch's choice)")
+    parser.add_argument("--kernels", action="store_true", help="print the attention kernels of a short generate")
+    args = parser.parse_args()
+    device = torch.device("cuda", 0)
+    engine = HFGenerateEngine(load(args.model, "bfloat16", device))
+    batch = Batch(prompt_ids=[[(7 * row + i) % 1000 + 10 for i in range(args.prompt)] for row in range(args.batch)],
+                  output_lens=[args.output] * args.batch)
+    print(f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')!r} torch {torch.__version__} "
+          f"batch {args.batch} prompt {args.prompt} output {args.output} sdpa {args.sdpa or 'default'}", flush=True)
+    with sdpa_kernel(args.sdpa) if args.sdpa else contextlib.nullcontext():
+        if args.kernels:
+            print("attention kernels:", *attention_kernels(engine, batch), sep="\n  ", flush=True)
+        timed_repeats(engine, batch, args.repeats, device)
+
+
+def timed_repeats(engine: HFGenerateEngine, batch: Batch, repeats: int, device: torch.device) -> None:
+    for repeat in range(repeats):
+        before, rss = torch.cuda.memory_stats(device), rss_bytes()
+        start = time.perf_counter()
+        generation = engine.generate(batch)
+        wall = time.perf_counter() - start
+        after = torch.cuda.memory_stats(device)
+        steps = [b - a for a, b in zip(generation.token_ms, generation.token_ms[1:])]
+        print(f"repeat {repeat}: {wall:6.2f} s, decode step median {statistics.median(steps):6.2f} ms "
+              f"(p90 {statistics.quantiles(steps, n=10)[-1]:6.2f}), segments +"
+              f"{after['segment.all.allocated'] - before['segment.all.allocated']}, retries +"
+              f"{after['num_alloc_retries'] - before['num_alloc_retries']}, reserved "
+              f"{after['reserved_bytes.all.current'] / 2**30:.2f} GiB, rss +{(rss_bytes() - rss) / 2**20:.0f} MiB",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
