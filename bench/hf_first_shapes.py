@@ -1,34 +1,37 @@
 """Why an `hf-generate` repeat can run 4x slower than its own replay: what a decode step pays for a new length.
 
-    PYTHONPATH=. python3 bench/hf_first_shapes.py [--batch 4] [--prompt 700] [--output 400] [--repeats 4]
-                                                  [--sdpa cudnn,flash,efficient,math] [--kernels]
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True PYTHONPATH=. python3 bench/hf_first_shapes.py ...
+    python3 bench/hf_first_shapes.py [--batch 4] [--prompt 700] [--output 400] [--repeats 4]
+                                    [--sdpa cudnn,flash,efficient,math] [--kernels]
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/hf_first_shapes.py ...
 
 `generate()` grows its DynamicCache a token per step, so each decode step's attention has a key length no step had
 before, the first time round. The same batch is generated `--repeats` times; per repeat it prints the wall time,
 the median decode step, the segments torch's allocator took from the driver (cudaMalloc calls), its retries, and
-the process's resident memory growth. `--sdpa` limits scaled-dot-product attention to those backends (torch's
-`sdpa_kernel`); `--kernels` profiles a short generate and prints the attention kernels it launched.
+the process's resident memory growth. `--sdpa` gives the engine the attention backends it may use (default:
+torch's own choice, as the engine had before it left cuDNN out; `--sdpa flash,efficient,math` is the engine's
+default now); `--kernels` profiles a short generate and prints the attention kernels it launched.
 
 On an H100 (twenty-second session, docs/benchmarks.md) the first repeat ran at 42 ms a step and every later one at
 9.3 ms, with no new segment either way (so not the allocator) and 1.1 GiB more resident memory in the first alone:
-a per-length cost paid once on the host. Which backend pays it is what `--sdpa` and `--kernels` tell.
+a per-length cost paid once on the host. Whether cuDNN's attention pays it is what `--sdpa` and `--kernels` tell.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
-from runners.engines.base import Batch
-from runners.engines.hf_generate import HFGenerateEngine
-from runners.engines.models import load
-from runners.telemetry.telemetry import rss_bytes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from runners.engines.base import Batch  # noqa: E402
+from runners.engines.hf_generate import HFGenerateEngine  # noqa: E402
+from runners.engines.models import load  # noqa: E402
+from runners.telemetry.telemetry import rss_bytes  # noqa: E402
 
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
@@ -53,19 +56,18 @@ def main() -> None:
     parser.add_argument("--output", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--sdpa", type=lambda text: [BACKENDS[name] for name in text.split(",")], default=None,
-                        help=f"only these attention backends, of {','.join(BACKENDS)} (default: torch's choice)")
+                        help=f"the engine's attention backends, of {','.join(BACKENDS)} (default: torch's choice)")
     parser.add_argument("--kernels", action="store_true", help="print the attention kernels of a short generate")
     args = parser.parse_args()
     device = torch.device("cuda", 0)
-    engine = HFGenerateEngine(load(args.model, "bfloat16", device))
+    engine = HFGenerateEngine(load(args.model, "bfloat16", device), attention=tuple(args.sdpa) if args.sdpa else None)
     batch = Batch(prompt_ids=[[(7 * row + i) % 1000 + 10 for i in range(args.prompt)] for row in range(args.batch)],
                   output_lens=[args.output] * args.batch)
     print(f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')!r} torch {torch.__version__} "
-          f"batch {args.batch} prompt {args.prompt} output {args.output} sdpa {args.sdpa or 'default'}", flush=True)
-    with sdpa_kernel(args.sdpa) if args.sdpa else contextlib.nullcontext():
-        if args.kernels:
-            print("attention kernels:", *attention_kernels(engine, batch), sep="\n  ", flush=True)
-        timed_repeats(engine, batch, args.repeats, device)
+          f"batch {args.batch} prompt {args.prompt} output {args.output}; {engine.version()}", flush=True)
+    if args.kernels:
+        print("attention kernels:", *attention_kernels(engine, batch), sep="\n  ", flush=True)
+    timed_repeats(engine, batch, args.repeats, device)
 
 
 def timed_repeats(engine: HFGenerateEngine, batch: Batch, repeats: int, device: torch.device) -> None:

@@ -2,14 +2,22 @@
 
 Per-token times come from a streamer: generate() moves each new token to the host (`.cpu()`), which
 synchronises the device, so a host clock read at that moment is a device-complete timestamp.
+
+Attention runs without cuDNN's backend. On an H100 a repeat's first pass over key lengths it had not seen ran at
+42 ms a decode step, and 9.3 ms once every length had been seen (bench/hf_first_shapes.py), with no new allocator
+segment: a cost paid once per new shape, on the host. cuDNN's attention, which torch prefers on Hopper, builds a
+graph for each new shape; flash and memory-efficient attention build nothing. A draw's lengths are random, so no
+setup could warm every one. That cuDNN is what paid is still to be confirmed on a GPU (`--sdpa` in that bench).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 import torch
 import transformers
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
@@ -19,6 +27,7 @@ from runners.engines.base import Batch, Generation
 from runners.engines.models import LoadedModel
 
 PAD_ID = 0
+ATTENTION = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)  # not cuDNN: see above
 
 
 class _TokenClock(BaseStreamer):
@@ -50,15 +59,20 @@ class _StopOnCancel(StoppingCriteria):
 class HFGenerateEngine:
     name = "hf-generate"
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, attention: tuple[SDPBackend, ...] | None = ATTENTION) -> None:
+        """`attention`: the backends torch may choose from; None leaves torch's own choice (the bench that
+        times what cuDNN's per-length graphs cost)."""
         self.loaded = loaded
         self.model = loaded.model
+        self.attention = attention
 
     def facts(self) -> dict[str, Any]:
         return {}
 
     def version(self) -> str:
-        return f"hf-generate (transformers {transformers.__version__}, torch {torch.__version__})"
+        backends = "/".join(b.name.lower() for b in self.attention) if self.attention else "torch's choice"
+        return (f"hf-generate (transformers {transformers.__version__}, torch {torch.__version__}, "
+                f"attention {backends})")
 
     def setup(self, batch_size: int, max_prompt_len: int, max_output_len: int) -> float:
         return 0.0  # generate() allocates its cache on the fly; nothing to prepare per shape
@@ -81,11 +95,12 @@ class HFGenerateEngine:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         clock = _TokenClock(time.perf_counter())
-        out = self.model.generate(
-            input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens, pad_token_id=PAD_ID, streamer=clock,
-            stopping_criteria=StoppingCriteriaList([_StopOnCancel()]),
-        )
+        with sdpa_kernel(list(self.attention)) if self.attention else contextlib.nullcontext():
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens, pad_token_id=PAD_ID, streamer=clock,
+                stopping_criteria=StoppingCriteriaList([_StopOnCancel()]),
+            )
         cancel.check()
         generated = out[:, longest:].tolist()
         kv_bytes = batch.size * (longest + new_tokens) * self.loaded.info.kv_bytes_per_token
