@@ -101,8 +101,8 @@ def _main_module_kept() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _gpu_cache_handed_back(request: pytest.FixtureRequest) -> None:
     """An in-process engine's KV pool stays in torch's cache after its test; a later test that starts a server
-    process on the same GPU would find it full (a served sweep after the paged tests did). Each GPU test starts
-    with what earlier tests freed handed back to the driver, as a user's GPU would be."""
+    process on the same GPU would find it full (a served sweep after the continuous and paged tests did). Each GPU
+    test starts with what earlier tests freed handed back to the driver, as a user's GPU would be."""
     if request.node.get_closest_marker("gpu") is None or not _cuda_available():
         return
     import gc
