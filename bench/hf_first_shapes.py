@@ -9,7 +9,7 @@ before, the first time round. The same batch is generated `--repeats` times; per
 the median decode step, the segments torch's allocator took from the driver (cudaMalloc calls), its retries, and
 the process's resident memory growth. `--sdpa` gives the engine the attention backends it may use (default:
 torch's own choice, as the engine had before it left cuDNN out; `--sdpa flash,efficient,math` is the engine's
-default now); `--kernels` profiles a short generate and prints the attention kernels it launched.
+default now); `--kernels` profiles a short generate and prints the attention ops and kernels it ran.
 
 On an H100 (twenty-second session, docs/benchmarks.md) the first repeat ran at 42 ms a step and every later one at
 9.3 ms, with no new segment either way (so not the allocator) and 1.1 GiB more resident memory in the first alone:
@@ -40,9 +40,11 @@ ATTENTION_WORDS = ("attn", "attention", "fmha", "flash", "cudnn", "sdpa", "softm
 
 
 def attention_kernels(engine: HFGenerateEngine, batch: Batch) -> list[str]:
-    """The CUDA kernels of a 4-token generate whose names say attention, most time first."""
+    """The ops (aten's name says the backend: `_scaled_dot_product_cudnn_attention`, `…_efficient_attention`) and
+    CUDA kernels of a 4-token generate whose names say attention, most device time first."""
     short = Batch(prompt_ids=batch.prompt_ids, output_lens=[4] * batch.size)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profile:
         engine.generate(short)
     events = [e for e in profile.key_averages() if any(w in e.key.lower() for w in ATTENTION_WORDS)]
     return [f"{e.key[:110]} x{e.count}" for e in sorted(events, key=lambda e: -e.device_time_total)]
@@ -57,7 +59,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--sdpa", type=lambda text: [BACKENDS[name] for name in text.split(",")], default=None,
                         help=f"the engine's attention backends, of {','.join(BACKENDS)} (default: torch's choice)")
-    parser.add_argument("--kernels", action="store_true", help="print the attention kernels of a short generate")
+    parser.add_argument("--kernels", action="store_true", help="print the attention ops and kernels of a short generate")
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     engine = HFGenerateEngine(load(args.model, "bfloat16", device), attention=tuple(args.sdpa) if args.sdpa else None)

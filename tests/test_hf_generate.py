@@ -3,6 +3,7 @@ a graph per new key length that a draw's random lengths would pay inside measure
 version, and leaves torch's own choice untouched outside generate() and when told to."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from runners.engines.base import Batch
@@ -41,3 +42,19 @@ def test_an_engine_told_to_leave_attention_alone_runs_under_torchs_own_choice() 
     assert before["cudnn"]  # torch's default, which the first test needs to see switched off
     assert all(step == before for step in backends_seen_by_the_model(engine))
     assert engine.version().endswith("attention torch's choice)")
+
+
+def attention_ops(engine: HFGenerateEngine) -> set[str]:
+    """The scaled-dot-product attention ops (aten's, one per backend) a short left-padded generate ran."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        engine.generate(Batch(prompt_ids=[list(range(10, 300)), list(range(10, 200))], output_lens=[4, 4]))
+    return {event.key for event in profile.key_averages() if "scaled_dot_product" in event.key}
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_generate_runs_no_cudnn_attention_where_torch_would_choose_it() -> None:
+    loaded = load("llama-3.2-1b", "bfloat16", torch.device("cuda", 0))
+    if not any("cudnn" in op for op in attention_ops(HFGenerateEngine(loaded, attention=None))):
+        pytest.skip("torch does not choose cuDNN's attention on this GPU, so there is nothing to leave out")
+    ops = attention_ops(HFGenerateEngine(loaded))
+    assert ops and not any("cudnn" in op for op in ops), ops
