@@ -85,42 +85,73 @@ def by_model(measured: Sequence[float], predicted: Sequence[float], host: Sequen
 @dataclass(frozen=True)
 class StepModel:
     """A static batch's time from its measured steps: a prefill of a fixed part (launches, sampling: most of a
-    small batch's prefill) plus a part per padded prompt token, then one median decode step for every output
-    token after the first (a batch runs as long as its longest output)."""
+    small batch's prefill) plus a part per padded prompt token, then one decode step for every output token after
+    the first (a batch runs as long as its longest output), each a fixed part plus a part per KV token it
+    attends to. On an H100 hf-generate's 1B step at batch 64 rose from 30 to 80 ms with the padded KV
+    (5.1 ms + 0.24 ms per 1 000 tokens), and a flat step missed its draws by up to 41 %; the fast engine's steps
+    barely move with it (docs/benchmarks.md, twenty-third session)."""
 
     prefill_fixed_ms: float
     prefill_ms_per_token: float
-    step_ms: float
+    step_fixed_ms: float
+    step_ms_per_kv_token: float
 
     @classmethod
-    def fit(cls, prefills: Sequence[tuple[int, float]], step_ms: Sequence[float]) -> StepModel:
-        """From each measured run's (padded prompt tokens, prefill ms) and every measured decode step: the
-        least-squares line through the prefills, flat where noise tilts it down (a prefill never gets
-        shorter for more tokens); through the origin when one run or one length gives no slope to fit.
-        Its fixed part may come out below zero: attention makes a long prompt's prefill grow faster than
-        its tokens, and the line is that curve's local slope over the lengths the draws spanned."""
+    def fit(cls, prefills: Sequence[tuple[int, float]], steps: Sequence[Sequence[tuple[int, float]]]) -> StepModel:
+        """From each measured run's (padded prompt tokens, prefill ms) and, per run, its decode steps' (KV tokens,
+        ms). The prefill is the least-squares line through the prefills, flat where noise tilts it down (a
+        prefill never gets shorter for more tokens); through the origin when one run or one length gives no
+        slope to fit. Its fixed part may come out below zero: attention makes a long prompt's prefill grow
+        faster than its tokens, and the line is that curve's local slope over the lengths the draws spanned.
+        The step's slope is the median of each run's own least-squares slope, never below zero, so a stretch
+        of slow steps in one run (a busy host) does not tilt it; its fixed part is the median step less that
+        slope's share (thousands of steps, which one run barely moves), and where that comes out below zero
+        (a noisy slope over a few short runs) the step is the median of each step's ms per KV token."""
         tokens = [float(t) for t, _ in prefills]
         ms = [m for _, m in prefills]
-        step = statistics.median(step_ms) if step_ms else 0.0
         if len(set(tokens)) < 2:
-            return cls(0.0, statistics.fmean(ms) / statistics.fmean(tokens), step)
-        mean_t, mean_ms = statistics.fmean(tokens), statistics.fmean(ms)
-        slope = max(0.0, sum((t - mean_t) * (m - mean_ms) for t, m in zip(tokens, ms))
-                    / sum((t - mean_t) ** 2 for t in tokens))
-        return cls(mean_ms - slope * mean_t, slope, step)
+            prefill = (0.0, statistics.fmean(ms) / statistics.fmean(tokens))
+        else:
+            slope = rising_slope(tokens, ms)
+            prefill = (statistics.fmean(ms) - slope * statistics.fmean(tokens), slope)
+        slopes = [rising_slope([k for k, _ in run], [m for _, m in run])
+                  for run in steps if len({k for k, _ in run}) > 1]
+        per_kv = statistics.median(slopes) if slopes else 0.0
+        every = [(k, m) for run in steps for k, m in run]
+        fixed = statistics.median(m - per_kv * k for k, m in every) if every else 0.0
+        if fixed < 0:  # a step takes no less than nothing at no KV: through the origin instead
+            return cls(*prefill, 0.0, statistics.median(m / k for k, m in every))
+        return cls(*prefill, fixed, per_kv)
 
     def prefill_ms(self, prompt_lens: Sequence[int]) -> float:
         """Never below zero, wherever the line is read."""
         return max(0.0, self.prefill_fixed_ms + self.prefill_ms_per_token * padded_tokens(prompt_lens))
 
+    def decode_ms(self, prompt_lens: Sequence[int], output_lens: Sequence[int]) -> float:
+        """Every step after the first token: step k (1 … longest output − 1) attends to decode_kv_tokens(…, k)."""
+        steps = max(output_lens) - 1
+        kv = len(prompt_lens) * (steps * max(prompt_lens) + steps * (steps + 1) / 2)  # Σ decode_kv_tokens over k
+        return steps * self.step_fixed_ms + self.step_ms_per_kv_token * kv
+
     def tokens_per_s(self, prompt_lens: Sequence[int], output_lens: Sequence[int]) -> float:
-        wall_ms = self.prefill_ms(prompt_lens) + (max(output_lens) - 1) * self.step_ms
-        return sum(output_lens) / wall_ms * 1000.0
+        return sum(output_lens) / (self.prefill_ms(prompt_lens) + self.decode_ms(prompt_lens, output_lens)) * 1000.0
+
+
+def rising_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """The least-squares slope of ys on xs (xs not all equal), or 0 where it falls: time never drops for more work."""
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    return max(0.0, sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs))
 
 
 def padded_tokens(prompt_lens: Sequence[int]) -> int:
     """A static batch pads every prompt to its longest."""
     return len(prompt_lens) * max(prompt_lens)
+
+
+def decode_kv_tokens(prompt_lens: Sequence[int], step_index: int) -> int:
+    """The KV tokens a static batch's decode step `step_index` (1 for the step after the prefill) attends to: every
+    row padded to the longest prompt, plus the tokens made so far."""
+    return len(prompt_lens) * (max(prompt_lens) + step_index)
 
 
 Lengths = Callable[[int], tuple[list[int], list[int]]]  # a draw's number → its prompt and output lengths
@@ -133,22 +164,23 @@ def host_draws(lengths: Lengths) -> list[tuple[list[int], list[int]]]:
 
 @dataclass(frozen=True)
 class StaticDraw:
-    """What the model reads of one measured static batch: its lengths, prefill time and throughput."""
+    """What the model reads of one measured static batch: its lengths, prefill time, decode steps (KV tokens, ms)
+    and throughput."""
 
     prompt_lens: list[int]
     output_lens: list[int]
     prefill_ms: float
+    steps: list[tuple[int, float]]
     tokens_per_s: float
 
 
-def static_interval(draws: Sequence[StaticDraw], step_ms: Sequence[float],
-                    host: Sequence[tuple[list[int], list[int]]]) -> Interval:
+def static_interval(draws: Sequence[StaticDraw], host: Sequence[tuple[list[int], list[int]]]) -> Interval:
     """The `model` method for a static point: each measured draw is predicted by the step model fitted to the
-    point's other draws (held out, so a model that only fits its own draws shows as misses), and the model
-    fitted to them all is averaged over the `host` draws (host_draws) and corrected by the held-out ratios.
-    The decode step is the median of every measured step: thousands of them, which one draw barely moves."""
+    point's other draws (held out, prefills and steps both, so a model that only fits its own draws shows as
+    misses), and the model fitted to them all is averaged over the `host` draws (host_draws) and corrected by
+    the held-out ratios."""
     def fitted(used: Sequence[StaticDraw]) -> StepModel:
-        return StepModel.fit([(padded_tokens(d.prompt_lens), d.prefill_ms) for d in used], step_ms)
+        return StepModel.fit([(padded_tokens(d.prompt_lens), d.prefill_ms) for d in used], [d.steps for d in used])
 
     return held_out_interval(draws, fitted, lambda d: (d.prompt_lens, d.output_lens),
                              [d.tokens_per_s for d in draws], host, "model")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import time
 
-from runners.metrics.interval import Interval, StaticDraw, by_draws, host_draws, static_interval
+from runners.metrics.interval import Interval, StaticDraw, by_draws, decode_kv_tokens, host_draws, static_interval
 from runners.metrics.replicated import batch_repeat
 from runners.metrics.static import StaticRepeat, summarise
 from runners.metrics.summary import Summary
@@ -46,9 +46,9 @@ class StaticRun:
         if self.ctx.spec.replicas > 1:
             return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
         return static_interval([StaticDraw(r.batch.prompt_lens, r.batch.output_lens, r.row["prefill_ms"],
-                                           r.row["output_tokens_per_s"]) for r in draws],
-                               [s["duration_ms"] for r in draws for s in r.steps if s["phase"] == "decode"],
-                               self.host)
+                                           [(decode_kv_tokens(r.batch.prompt_lens, s["step_index"]), s["duration_ms"])
+                                            for s in r.steps if s["phase"] == "decode"],
+                                           r.row["output_tokens_per_s"]) for r in draws], self.host)
 
     @functools.cached_property
     def host(self) -> list[tuple[list[int], list[int]]]:
