@@ -15,7 +15,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runners.metrics.interval import Interval, StaticDraw, by_draws, host_draws, static_interval  # noqa: E402
+from runners.metrics.interval import (Interval, StaticDraw, by_draws, decode_kv_tokens, host_draws,  # noqa: E402
+                                      static_interval)
 from runners.metrics.open_loop import open_loop_draw, open_loop_interval  # noqa: E402
 from runners.metrics.open_loop import host_draws as open_loop_host_draws  # noqa: E402
 from runners.spec import SweepSpec  # noqa: E402
@@ -52,12 +53,15 @@ def point_lines(run: Path) -> list[str]:
 
 def static(spec: SweepSpec, summary: dict, requests: list[list[dict]], firsts: list[dict],
            steps: list[dict]) -> Interval:
-    draws = [StaticDraw([q["prompt_len"] for q in mine], [q["output_len"] for q in mine], r["prefill_ms"],
-                        r["output_tokens_per_s"]) for mine, r in zip(requests, firsts)]
-    measured = {r["repeat"] for r in firsts}
-    step_ms = [s["duration_ms"] for s in steps if s["phase"] == "decode" and s["repeat"] in measured]
+    def draw(mine: list[dict], run: dict) -> StaticDraw:
+        prompts = [q["prompt_len"] for q in mine]
+        own = [(decode_kv_tokens(prompts, s["step_index"]), s["duration_ms"]) for s in steps
+               if s["phase"] == "decode" and s["repeat"] == run["repeat"]]
+        return StaticDraw(prompts, [q["output_len"] for q in mine], run["prefill_ms"], own, run["output_tokens_per_s"])
+
     size = summary["batch_size"]
-    return static_interval(draws, step_ms, host_draws(lambda k: spec.request_lengths(size, k)))
+    return static_interval([draw(mine, r) for mine, r in zip(requests, firsts)],
+                           host_draws(lambda k: spec.request_lengths(size, k)))
 
 
 def open_loop(spec: SweepSpec, summary: dict, requests: list[list[dict]], firsts: list[dict]) -> Interval:

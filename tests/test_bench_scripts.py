@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +47,15 @@ def test_every_name_a_bench_script_imports_from_the_project_exists(script: Path)
             except ModuleNotFoundError:
                 missing.append(f"{module_name}.{name}")
     assert not missing, f"{script.name} imports what the project no longer has: {missing}"
+
+
+def test_interval_from_run_reads_a_shipped_static_run_point_by_point() -> None:
+    # the script builds the runner's own interval from a run folder; a change in that call's arguments broke it
+    # once (the steps moved into each draw) while every name it imports still existed
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "interval_from_run.py"),
+                           str(REPO / "data" / "demo" / "h200-fast-8b-bf16-chat")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"batch {b}" for b in (1, 2, 4, 8, 16, 32, 64)]
+    assert all("; model " in line and "; draws alone " in line for line in lines), lines
