@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from batchscope.analysis import analyse, predicted_curve, ridge_batch
-from batchscope.analysis.roofline import roofline_table
+from batchscope.analysis.roofline import roofline_table, whole_cache_read_ms
 from tests.test_knee import make_points
 
 # 1e9 params at 2 B each; attention 4 × layers × heads × head_dim = 4 × 10 × 10 × 100 = 4e4 FLOPs per cached token
@@ -117,3 +117,12 @@ def test_no_roofline_without_calibration() -> None:
     assert math.isnan(result.table.loc[0, "predicted_step_ms"])
     assert "This run has no calibration, so no roofline is drawn." in result.notes
     assert result.to_dict()["points"][0]["predicted_step_ms"] is None
+
+
+def test_a_whole_cache_read_is_the_weights_and_the_allocated_kv_at_copy_bandwidth() -> None:
+    # 16 GB of weights and 46.7 GB of allocated KV (8B at batch 64, 5 568 tokens a row) at 4.15 TB/s: 15.11 ms;
+    # a point without a KV figure (an OOM) has none
+    points = pd.DataFrame({"mem_kv_allocated": [46.7e9, None]})
+    read = whole_cache_read_ms(points, {"weight_bytes": 16e9}, {"copy_bytes_per_s": 4.15e12})
+    assert read.iloc[0] == pytest.approx(62.7e9 / 4.15e12 * 1e3) and read.iloc[0] == pytest.approx(15.108, abs=1e-3)
+    assert math.isnan(read.iloc[1])

@@ -106,6 +106,14 @@ def roofline_table(points: pd.DataFrame, model: dict, calibration: dict) -> pd.D
     return table
 
 
+def whole_cache_read_ms(points: pd.DataFrame, model: dict, calibration: dict) -> pd.Series:
+    """The byte floor of a decode step that reads the weights and the point's whole allocated KV cache
+    (`mem_kv_allocated`), as an engine does whose step attends over all of it (registry:
+    `decode_reads_whole_cache`); NaN where the point has no KV figure."""
+    read = model["weight_bytes"] + points["mem_kv_allocated"].astype(float)
+    return read / calibration["copy_bytes_per_s"] * 1e3
+
+
 def ridge_batch(model: dict, calibration: dict, context_tokens: float) -> float | None:
     """The batch where a decode step's FLOP time equals its byte time, solved from the model.
 

@@ -7,9 +7,13 @@ from typing import Any
 import pandas as pd
 
 from batchscope.analysis import Analysis
-from batchscope.analysis.marker import num
-from batchscope.explain.words import measured, roofline_share
+from batchscope.analysis.marker import num, pct
+from batchscope.analysis.roofline import whole_cache_read_ms
+from batchscope.explain.words import measured, roofline_share, value
 from batchscope.units import ms, size
+from runners.spec.registry import decode_reads_whole_cache
+
+WHOLE_CACHE_MATTERS = 1.25  # a whole-cache read this many times the floor is worth a sentence; below, it is noise
 
 def roofline_sentences(run: dict[str, Any], table: pd.DataFrame, analysis: Analysis | None) -> tuple[str, str]:
     """Measured decode step vs the roofline floor at both ends; memory- vs compute-bound and the ridge."""
@@ -29,7 +33,25 @@ def roofline_sentences(run: dict[str, Any], table: pd.DataFrame, analysis: Analy
             f"{ms(p['predicted_step_ms'])} ({roofline_share(p)} of roofline)" for p in (a, z)]
     first = (f"A decode step takes {ends[0]}." if len(predicted) == 1
              else f"A decode step takes {ends[0]}, and {ends[1]}.")
+    first = " ".join(filter(None, (first, whole_cache_sentence(run, z))))
     return first, bound_sentence(run, predicted, analysis.ridge_batch if analysis is not None else None)
+
+
+def whole_cache_sentence(run: dict[str, Any], point: pd.Series) -> str:
+    """Why a point sits far above its floor when its engine reads the whole KV cache it set up every step, not the
+    part filled: how much of the distance that read is ("" where the engine reads what is filled, or it is small)."""
+    model, calibration, allocated = run.get("model"), run.get("calibration"), value(point, "mem_kv_allocated")
+    if not (decode_reads_whole_cache(run.get("engine"), run.get("mode")) and model and calibration and allocated):
+        return ""
+    read = float(whole_cache_read_ms(pd.DataFrame([point]), model, calibration).iloc[0])
+    floor, step = float(point["predicted_step_ms"]), float(point["decode_step_ms"])
+    if read < WHOLE_CACHE_MATTERS * floor or step <= floor:
+        return ""
+    share = min(1.0, (read - floor) / (step - floor))
+    return (f"At batch {int(point['batch_size'])} this engine reads its whole {size(allocated)} KV cache every step, "
+            f"set up for the point's longest draw, not just the filled part: that read alone takes at least "
+            f"{ms(read)}, {pct(share)} of the way from the floor to the measured step, and that part is the "
+            f"engine's padding, not the GPU.")
 
 
 def bound_sentence(run: dict[str, Any], predicted: pd.DataFrame, ridge: float | None) -> str:

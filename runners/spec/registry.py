@@ -28,6 +28,8 @@ class EngineKind:
     name: str
     remote: bool  # it sends requests to a running server instead of loading a model
     shows_gpu_knee: bool  # its per-step host overhead is small enough that the GPU's own throughput knee shows
+    static_reads_whole_cache: bool  # a static decode step attends over the whole KV cache set up for the point
+    # (its draws' longest prompt plus longest output), masked, not the part filled so far (runners.engines.fast_model)
 
 
 MODE_KINDS: dict[str, ModeKind] = {kind.name: kind for kind in (
@@ -36,9 +38,9 @@ MODE_KINDS: dict[str, ModeKind] = {kind.name: kind for kind in (
     ModeKind("endpoint", user_batch_sizes=False, load_driven=True, in_process=False, slot_cache=False),
 )}
 ENGINE_KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (
-    EngineKind("hf-generate", remote=False, shows_gpu_knee=False),
-    EngineKind("fast", remote=False, shows_gpu_knee=True),
-    EngineKind("endpoint", remote=True, shows_gpu_knee=False),
+    EngineKind("hf-generate", remote=False, shows_gpu_knee=False, static_reads_whole_cache=False),
+    EngineKind("fast", remote=False, shows_gpu_knee=True, static_reads_whole_cache=True),
+    EngineKind("endpoint", remote=True, shows_gpu_knee=False, static_reads_whole_cache=False),
 )}
 MODES = tuple(MODE_KINDS)
 ENGINES = tuple(ENGINE_KINDS)
@@ -89,6 +91,13 @@ def engine_shows_gpu_knee(engine: str | None) -> bool:
     """Whether the engine's per-step host overhead is small enough that the GPU's own knee shows."""
     kind = ENGINE_KINDS.get(engine or "")
     return kind is not None and kind.shows_gpu_knee
+
+
+def decode_reads_whole_cache(engine: str | None, mode: str | None) -> bool:
+    """Whether each decode step reads the whole KV cache the point set up rather than what is filled: the fast
+    engine's static batches (its continuous batches read each row's own blocks)."""
+    kind = ENGINE_KINDS.get(engine or "")
+    return kind is not None and kind.static_reads_whole_cache and sweeps_batch_size(mode)
 
 
 def server_mode() -> str:
