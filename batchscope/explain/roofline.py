@@ -48,10 +48,9 @@ def whole_cache_sentence(run: dict[str, Any], point: pd.Series) -> str:
     if read < WHOLE_CACHE_MATTERS * floor or step <= floor:
         return ""
     share = min(1.0, (read - floor) / (step - floor))
-    return (f"At batch {int(point['batch_size'])} this engine reads its whole {size(allocated)} KV cache every step, "
-            f"set up for the point's longest draw, not just the filled part: that read alone takes at least "
-            f"{ms(read)}, {pct(share)} of the way from the floor to the measured step, and that part is the "
-            f"engine's padding, not the GPU.")
+    return (f"At batch {int(point['batch_size'])} this engine reads its whole {size(allocated)} KV cache each step, "
+            f"sized for the point's longest draw: that read takes at least {ms(read)}, so {pct(share)} of the gap "
+            f"to the floor is the engine's padding, not the GPU.")
 
 
 def bound_sentence(run: dict[str, Any], predicted: pd.DataFrame, ridge: float | None) -> str:
