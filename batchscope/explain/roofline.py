@@ -15,6 +15,7 @@ from runners.spec.registry import decode_reads_whole_cache
 
 WHOLE_CACHE_MATTERS = 1.25  # a whole-cache read this many times the floor is worth a sentence; below, it is noise
 
+
 def roofline_sentences(run: dict[str, Any], table: pd.DataFrame, analysis: Analysis | None) -> tuple[str, str]:
     """Measured decode step vs the roofline floor at both ends; memory- vs compute-bound and the ridge."""
     steps = measured(table, "decode_step_ms")
