@@ -54,7 +54,8 @@ def test_interval_from_run_reads_a_shipped_static_run_point_by_point() -> None:
     # once (the steps moved into each draw) while every name it imports still existed
     done = subprocess.run([sys.executable, str(REPO / "bench" / "interval_from_run.py"),
                            str(REPO / "data" / "demo" / "h200-fast-8b-bf16-chat")],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [f"batch {b}" for b in (1, 2, 4, 8, 16, 32, 64)]

@@ -284,10 +284,12 @@ def test_roofline_share_bound_and_ridge() -> None:
 
 def test_an_engine_that_reads_its_whole_cache_is_told_apart_from_the_gpu() -> None:
     # batch 4: 8 ms measured against a 2 ms floor; the fast engine's static step reads 1 GB of weights and its
-    # whole 5.5 GB cache (5.1 GiB) at 1 TB/s: at least 6.5 ms, (6.5 − 2) / (8 − 2) = 75 % of the gap from floor to step
+    # whole 5.5 GB cache (5.1 GiB) at 1 TB/s: at least 6.5 ms, (6.5 − 2) / (8 − 2) = 75 % of the gap from floor
+    # to step
     table = points(decode_step_ms=[2.0, 4.0, 8.0], predicted_step_ms=[1.0, 1.5, 2.0], roofline_pct=[50.0, 37.5, 25.0],
                    bound=["memory"] * 3, mem_kv_allocated=[1e8, 1e9, 5.5e9])
-    run = {"engine": "fast", "mode": "static", "model": {"weight_bytes": 1e9}, "calibration": {"copy_bytes_per_s": 1e12}}
+    run = {"engine": "fast", "mode": "static", "model": {"weight_bytes": 1e9},
+           "calibration": {"copy_bytes_per_s": 1e12, "matmul_flops_per_s": 1e15}}
     first = roofline_sentences(run, table, analysis(table))[0]
     assert first.endswith("8 ms at batch 4 against a floor of 2 ms (25 % of roofline). At batch 4 this engine reads "
                           "its whole 5.1 GiB KV cache each step, sized for the point's longest draw: that read takes "

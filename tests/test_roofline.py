@@ -122,7 +122,7 @@ def test_no_roofline_without_calibration() -> None:
 def test_a_whole_cache_read_is_the_weights_and_the_allocated_kv_at_copy_bandwidth() -> None:
     # 16 GB of weights and 46.7 GB of allocated KV (8B at batch 64, 5 568 tokens a row) at 4.15 TB/s: 15.11 ms;
     # a point without a KV figure (an OOM) has none
-    points = pd.DataFrame({"mem_kv_allocated": [46.7e9, None]})
-    read = whole_cache_read_ms(points, {"weight_bytes": 16e9}, {"copy_bytes_per_s": 4.15e12})
-    assert read.iloc[0] == pytest.approx(62.7e9 / 4.15e12 * 1e3) and read.iloc[0] == pytest.approx(15.108, abs=1e-3)
-    assert math.isnan(read.iloc[1])
+    read = whole_cache_read_ms({"weight_bytes": 16e9}, {"copy_bytes_per_s": 4.15e12, "matmul_flops_per_s": 1e15},
+                               [46.7e9, float("nan")])
+    assert read[0] == pytest.approx(62.7e9 / 4.15e12 * 1e3) and read[0] == pytest.approx(15.108, abs=1e-3)
+    assert math.isnan(read[1])

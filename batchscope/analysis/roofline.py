@@ -106,12 +106,12 @@ def roofline_table(points: pd.DataFrame, model: dict, calibration: dict) -> pd.D
     return table
 
 
-def whole_cache_read_ms(points: pd.DataFrame, model: dict, calibration: dict) -> pd.Series:
+def whole_cache_read_ms(model: dict, calibration: dict, kv_allocated_bytes: float | np.ndarray) -> np.ndarray:
     """The byte floor of a decode step that reads the weights and the point's whole allocated KV cache
     (`mem_kv_allocated`), as an engine does whose step attends over all of it (registry:
     `decode_reads_whole_cache`); NaN where the point has no KV figure."""
-    read = model["weight_bytes"] + points["mem_kv_allocated"].astype(float)
-    return read / calibration["copy_bytes_per_s"] * 1e3
+    read = model["weight_bytes"] + np.asarray(kv_allocated_bytes, dtype=float)
+    return roofline_ms(calibration, read, np.zeros_like(read))[0]
 
 
 def ridge_batch(model: dict, calibration: dict, context_tokens: float) -> float | None:

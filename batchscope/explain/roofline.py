@@ -44,7 +44,7 @@ def whole_cache_sentence(run: dict[str, Any], point: pd.Series) -> str:
     model, calibration, allocated = run.get("model"), run.get("calibration"), value(point, "mem_kv_allocated")
     if not (decode_reads_whole_cache(run.get("engine"), run.get("mode")) and model and calibration and allocated):
         return ""
-    read = float(whole_cache_read_ms(pd.DataFrame([point]), model, calibration).iloc[0])
+    read = float(whole_cache_read_ms(model, calibration, allocated))
     floor, step = float(point["predicted_step_ms"]), float(point["decode_step_ms"])
     if read < WHOLE_CACHE_MATTERS * floor or step <= floor:
         return ""
