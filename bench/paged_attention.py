@@ -44,7 +44,7 @@ def copy_bandwidth() -> float:
 
 
 def slot_cache_ms(q: torch.Tensor, lens: torch.Tensor) -> float:
-    """Today's slot-cache decode attention (runners.engines.fast_model.decode_attn's math) at the same rows."""
+    """The slot-cache decode attention of fast 2 and earlier (a masked matmul over the whole slot) at the same rows."""
     B = q.shape[0]
     kc = torch.randn(B, KV_HEADS, SLOT_LEN, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     vc = torch.randn_like(kc)

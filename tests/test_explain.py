@@ -289,15 +289,18 @@ def test_an_engine_that_reads_its_whole_cache_is_told_apart_from_the_gpu() -> No
     table = points(decode_step_ms=[2.0, 4.0, 8.0], predicted_step_ms=[1.0, 1.5, 2.0], roofline_pct=[50.0, 37.5, 25.0],
                    bound=["memory"] * 3, mem_kv_allocated=[1e8, 1e9, 5.5e9])
     run = {"engine": "fast", "mode": "static", "model": {"weight_bytes": 1e9},
-           "calibration": {"copy_bytes_per_s": 1e12, "matmul_flops_per_s": 1e15}}
+           "calibration": {"copy_bytes_per_s": 1e12, "matmul_flops_per_s": 1e15},
+           "env": {"engine": "fast 2 (packed prefill, compile True, graphs True; torch 2.11.0+cu130)"}}
     first = roofline_sentences(run, table, analysis(table))[0]
     assert first.endswith("8 ms at batch 4 against a floor of 2 ms (25 % of roofline). At batch 4 this engine reads "
                           "its whole 5.1 GiB KV cache each step, sized for the point's longest draw: that read takes "
                           "at least 6.5 ms, so 75 % of the gap to the floor is the engine's padding, not the GPU."), \
         first
-    # hf-generate reads what is filled; the fast engine's continuous batches read their own blocks; a cache read
-    # under 1.25× the floor (2.4 ms: 1.4 GB) is not worth a sentence: each ends at the roofline sentence
+    # hf-generate reads what is filled; the fast engine's continuous batches read their own blocks, and so do its
+    # static ones from version 3 on; a run whose engine version is not recorded is not told; a cache read under
+    # 1.25× the floor (2.4 ms: 1.4 GB) is not worth a sentence: each ends at the roofline sentence
     for other, frame in (({**run, "engine": "hf-generate"}, table), ({**run, "mode": "continuous"}, table),
+                         ({**run, "env": {"engine": "fast 3 (packed prefill)"}}, table), ({**run, "env": {}}, table),
                          (run, table.assign(mem_kv_allocated=[1e8, 1e9, 1.4e9]))):
         assert roofline_sentences(other, frame, analysis(frame))[0].endswith("(25 % of roofline)."), other
 

@@ -114,6 +114,19 @@ def test_batch_that_does_not_fit_the_shape_sets_it_up_again() -> None:
     assert gen.kv_allocated_bytes == 2 * 2 * 3 * 2 * 64 * 16 * 4  # k+v, layers, slots, heads, len, dim, fp32
 
 
+def test_a_static_step_reads_no_cache_row_past_what_the_batch_has_written() -> None:
+    # a cache of 256 positions a slot for a batch that fills 10: NaN in every row it has not written would turn
+    # any step that read them (even masked: NaN × 0 is NaN) into NaN logits, and the tokens away from HF's
+    loaded = small_model("llama-mha")
+    engine = FastEngine(loaded)
+    engine.setup(2, 6, 200)
+    assert engine.state.max_len == 256
+    for cache in engine.state.k + engine.state.v:
+        cache.fill_(float("nan"))
+    batch = random_batch(loaded.config.vocab_size, [6, 3], [4, 4], seed=7)
+    assert engine.generate(batch).tokens == [hf_greedy(loaded.model, p, 4) for p in batch.prompt_ids]
+
+
 def test_sliding_window_beyond_its_length_is_refused() -> None:
     loaded = small_model("mistral", sliding_window=8)
     with pytest.raises(ValueError, match="sliding window"):
@@ -144,6 +157,20 @@ def test_gpu_bf16_logits_match_hf_and_graph_replays_like_eager() -> None:
     compiled = FastEngine(loaded, compile=True, graphs=True).generate(batch).tokens
     same = sum(a == b for x, y in zip(compiled, reference) for a, b in zip(x, y))
     assert same >= 0.9 * 4 * 12  # compiled kernels round differently; greedy may flip near ties
+
+
+@pytest.mark.gpu
+def test_gpu_graph_reads_no_cache_row_past_what_the_batch_has_written() -> None:
+    # the compiled, captured step over a cache of 1 024 positions a slot, for a batch that fills under 80: NaN in
+    # every row not yet written leaves the tokens of a clean cache (a masked read of NaN would be NaN)
+    loaded = small_model("llama3-rope-tied", torch.bfloat16, "cuda", std=0.02, **GPU_SHAPE)
+    engine = FastEngine(loaded)
+    engine.setup(4, 64, 960)
+    batch = random_batch(4096, [37, 5, 64, 64], [12, 12, 3, 12], seed=6)
+    clean = engine.generate(batch).tokens
+    for cache in engine.state.k + engine.state.v:
+        cache.fill_(float("nan"))
+    assert engine.generate(batch).tokens == clean
 
 
 @pytest.mark.gpu

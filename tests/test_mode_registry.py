@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from runners.spec import ENGINES, MODES, SweepSpec
-from runners.spec.registry import (DEFAULT_MODE, ENGINE_KINDS, MODE_KINDS, engine_is_remote, engine_shows_gpu_knee,
+from runners.spec.registry import (DEFAULT_MODE, ENGINE_KINDS, MODE_KINDS, decode_reads_whole_cache,
+                                   engine_is_remote, engine_shows_gpu_knee,
                                    is_load_driven, measures_a_server, modes_that, schedules_slots, server_mode,
                                    sweeps_batch_size)
 from runners.spec.sweep import LOADED, SERVED, STATIC
@@ -84,3 +85,14 @@ def test_only_the_endpoint_engine_is_remote_and_only_the_fast_engine_shows_the_g
     assert [e for e in ENGINES if engine_shows_gpu_knee(e)] == ["fast"]
     assert not engine_is_remote(None) and not engine_shows_gpu_knee("vllm")
 
+
+
+def test_only_the_fast_engines_static_batches_up_to_version_2_read_the_whole_cache() -> None:
+    fast2 = "fast 2 (packed prefill, compile True, graphs True; torch 2.11.0+cu130, transformers 5.17.0); replicas 2"
+    assert decode_reads_whole_cache("fast", "static", fast2)
+    assert decode_reads_whole_cache("fast", None, "fast 1 (compile True)")  # a spec from before modes ran static
+    assert not decode_reads_whole_cache("fast", "static", "fast 3 (packed prefill)")
+    assert not decode_reads_whole_cache("fast", "static", "fast 21 (packed prefill)")
+    assert not decode_reads_whole_cache("fast", "continuous", fast2)
+    assert not decode_reads_whole_cache("hf-generate", "static", "hf-generate (transformers 5.17.0)")
+    assert not decode_reads_whole_cache("fast", "static", None)  # not recorded: not told

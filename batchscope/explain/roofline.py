@@ -42,7 +42,8 @@ def whole_cache_sentence(run: dict[str, Any], point: pd.Series) -> str:
     """Why a point sits far above its floor when its engine reads the whole KV cache it set up every step, not the
     part filled: how much of the distance that read is ("" where the engine reads what is filled, or it is small)."""
     model, calibration, allocated = run.get("model"), run.get("calibration"), value(point, "mem_kv_allocated")
-    if not (decode_reads_whole_cache(run.get("engine"), run.get("mode")) and model and calibration and allocated):
+    reads_whole = decode_reads_whole_cache(run.get("engine"), run.get("mode"), (run.get("env") or {}).get("engine"))
+    if not (reads_whole and model and calibration and allocated):
         return ""
     read = float(whole_cache_read_ms(model, calibration, allocated))
     floor, step = float(point["predicted_step_ms"]), float(point["decode_step_ms"])

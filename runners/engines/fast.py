@@ -1,5 +1,9 @@
 """`fast`: BatchScope's own engine — static KV cache, GQA-aware attention, one CUDA graph per shape.
 
+A decode step reads each row's cache up to its own position through the same block-table kernel as the
+continuous engine (runners.engines.fast_model), so the graph captured for a batch width serves every length
+the batch reaches, and the step grows as its KV fills, as a static batch's does.
+
 The decode loop is `graph.replay(); event.record()` per step: the graph reads and advances its own
 device counters, so the host never waits on the device until the batch is done, and the measured
 step time is the GPU's. On CPU the same step runs eagerly, timed by perf_counter.
@@ -25,7 +29,8 @@ from runners.engines.paged_cache import PagedState
 from runners.engines.quant_layout import QUANT_DTYPES
 from runners.engines.ragged import Chunk, PackedPrefill, pack
 
-VERSION = "2"  # 2: one packed prefill (ragged attention) for static and continuous batches
+VERSION = "3"  # 2: one packed prefill (ragged attention) for static and continuous batches; 3: a static step reads
+# each row up to its position, not the whole cache (runners.spec.registry.decode_reads_whole_cache knows which)
 PAD_ID = 0
 
 

@@ -5,9 +5,12 @@ builds masks per layer. Here QKV and gate/up are fused into one matmul each, att
 KV head once, and a decode step is a function of static buffers only, so one CUDA graph replays it.
 
 Prefill and decode share a layer's pieces (norm + QKV + rope, the MLP) and differ only in attention:
-ragged causal attention over packed prompt chunks (runners.engines.ragged) for prefill, batched
-matmuls of each row's query group against its own slot for decode, where one compiled graph of the
-whole layer is captured per batch shape.
+ragged causal attention over packed prompt chunks (runners.engines.ragged) for prefill; for decode,
+each row's query group against the first `lens` cached tokens of its own row, through a block table
+(runners.engines.kernels.paged_attention). The static batch's slot cache and the continuous engine's
+block pool are both read that way, so one compiled layer serves both and every length a batch
+reaches replays in the graph captured for its width: a step reads what its rows hold, not the cache
+set up for the point's longest draw.
 """
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from runners.engines import ragged
-from runners.engines.kernels.paged_attention import paged_decode_attention
+from runners.engines.kernels.paged_attention import flat_index, paged_decode_attention
 from runners.engines.kernels.quant import QuantWeight, linear
+from runners.engines.kv_layout import KV_BLOCK_SIZE
 from runners.engines.paged_cache import PagedState, new_paged_state
 from runners.engines.ragged import PackedPrefill
 
@@ -40,17 +44,19 @@ class LayerWeights:
 class DecodeState:
     """Static buffers of one batch shape; a captured decode step reads and advances only these.
 
-    The KV cache is slot-major with a position per row (`pos`), so a scheduler can put any request
-    in any slot; every sequence starts at position 0 of its slot. Within a slot it is
-    [kv_heads, max_len, head_dim]: the layout batched matmuls read without a copy.
+    The KV cache is slot-major: slot b holds positions 0 … max_len - 1 in rows b × max_len onwards of a
+    `[slots × max_len, kv_heads, head_dim]` pool, and `table` names those rows in blocks, as the paged pool's
+    block table does, so decode attention reads each row up to its own position and no further. Every
+    sequence starts at position 0 of its slot, so a scheduler can put any request in any slot.
     """
 
-    k: list[Tensor]  # per layer [slots, kv_heads, max_len, head_dim]
+    k: list[Tensor]  # per layer [slots × max_len, kv_heads, head_dim]
     v: list[Tensor]
+    table: Tensor  # [slots, max_len // block_size] int32: slot b's blocks, b × columns onwards, in order
+    block_size: int
     tokens: Tensor  # [slots] the token each row feeds into the next step
     pos: Tensor  # [slots] that token's position: its rotary position and where its K/V is written
     rows: Tensor  # arange(slots)
-    key_idx: Tensor  # arange(max_len)
     out: Tensor  # [slots, max_output_len] generated ids
     step: Tensor  # [1] column of `out` the next step writes
     active: Tensor  # [slots] 1 where a row advances its position; 0 parks a free slot (continuous)
@@ -61,17 +67,11 @@ class DecodeState:
 
     @property
     def max_len(self) -> int:
-        return self.key_idx.numel()
+        return self.table.shape[1] * self.block_size
 
-    def index(self, slot: Tensor, pos: Tensor) -> tuple[Tensor, slice, Tensor]:
-        """Where the K/V of (slot, position) pairs live: every KV head of that slot's position."""
-        return slot, slice(None), pos
-
-    def prefix(self, rows: int) -> DecodeState:
-        """Views of the first `rows` slots: a step over them writes the shared buffers in place."""
-        return DecodeState(k=[t[:rows] for t in self.k], v=[t[:rows] for t in self.v], tokens=self.tokens[:rows],
-                           pos=self.pos[:rows], rows=self.rows[:rows], key_idx=self.key_idx, out=self.out[:rows],
-                           step=self.step, active=self.active[:rows])
+    def index(self, slot: Tensor, pos: Tensor) -> Tensor:
+        """Pool rows of the given (slot, position) pairs."""
+        return flat_index(self.table, slot, pos, self.block_size)
 
 
 def _fuse_rows(params: list[torch.nn.Parameter]) -> Tensor:
@@ -134,7 +134,6 @@ class FastDecoder:
         self.device = self.embed.device
         self.layers = [self._layer_weights(layer) for layer in inner.layers]
         self.layer_fn, self.head_fn = self.decode_layer, self.decode_head
-        self.paged_layer_fn = self.paged_decode_layer
         self.qkv_fn, self.mlp_fn = self.qkv_rope, self.mlp
         self.compiled = False
 
@@ -165,17 +164,19 @@ class FastDecoder:
         """
         fn = lambda f: torch.compile(f, dynamic=True, fullgraph=True)
         self.layer_fn, self.head_fn = fn(self.decode_layer), fn(self.decode_head)
-        self.paged_layer_fn = fn(self.paged_decode_layer)
         self.qkv_fn, self.mlp_fn = fn(self.qkv_rope), fn(self.mlp)
         self.compiled = True
 
     def new_state(self, slots: int, max_len: int, max_output_len: int) -> DecodeState:
-        """Zeroed buffers (never NaN: masked cache entries are still multiplied by zero weights)."""
-        kv = lambda: torch.zeros(slots, self.kv_heads, max_len, self.head_dim, dtype=self.dtype, device=self.device)
+        """Zeroed buffers (never NaN: a row's writes past what it reads must stay finite)."""
+        columns = -(-max_len // KV_BLOCK_SIZE)
+        kv = lambda: torch.zeros(slots * columns * KV_BLOCK_SIZE, self.kv_heads, self.head_dim, dtype=self.dtype,
+                                 device=self.device)
         ints = lambda *shape: torch.zeros(*shape, dtype=torch.long, device=self.device)
+        table = torch.arange(slots * columns, dtype=torch.int32, device=self.device).view(slots, columns)
         return DecodeState(
-            k=[kv() for _ in self.layers], v=[kv() for _ in self.layers], tokens=ints(slots), pos=ints(slots),
-            rows=torch.arange(slots, device=self.device), key_idx=torch.arange(max_len, device=self.device),
+            k=[kv() for _ in self.layers], v=[kv() for _ in self.layers], table=table, block_size=KV_BLOCK_SIZE,
+            tokens=ints(slots), pos=ints(slots), rows=torch.arange(slots, device=self.device),
             out=ints(slots, max_output_len), step=ints(1),
             active=torch.ones(slots, dtype=torch.long, device=self.device),
         )
@@ -242,43 +243,26 @@ class FastDecoder:
 
     def decode_layer(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor | QuantWeight, bqkv: Tensor | None,
                      wo: Tensor | QuantWeight, bo: Tensor | None, mlp_norm: Tensor,
-                     w13: Tensor | QuantWeight, w2: Tensor | QuantWeight,
-                     kc: Tensor, vc: Tensor, cos: Tensor, sin: Tensor, rows: Tensor,
-                     pos: Tensor, mask: Tensor) -> Tensor:
+                     w13: Tensor | QuantWeight, w2: Tensor | QuantWeight, kc: Tensor, vc: Tensor,
+                     cos: Tensor, sin: Tensor, written: Tensor, table: Tensor, lens: Tensor,
+                     block_size: int) -> Tensor:
         """One layer for one new token per row. Weights come as plain tensor arguments so one compiled
         graph serves every layer."""
-        h = h + self.decode_attn(h, attn_norm, wqkv, bqkv, wo, bo, kc, vc, cos, sin, rows, pos, mask)
+        h = h + self.decode_attn(h, attn_norm, wqkv, bqkv, wo, bo, kc, vc, cos, sin, written, table, lens, block_size)
         return h + self.mlp(h, mlp_norm, w13, w2)
 
     def decode_attn(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor | QuantWeight, bqkv: Tensor | None,
                     wo: Tensor | QuantWeight, bo: Tensor | None, kc: Tensor, vc: Tensor, cos: Tensor,
-                    sin: Tensor, rows: Tensor, pos: Tensor, mask: Tensor) -> Tensor:
+                    sin: Tensor, written: Tensor, table: Tensor, lens: Tensor, block_size: int) -> Tensor:
         """The attention half of a decode layer up to o_proj, without the residual (a tensor-parallel
-        rank sums it over ranks before adding it). The query group of a KV head is its query length,
-        so each KV head is read once."""
-        B = h.shape[0]
-        q, k, v = self.qkv_rope(h, attn_norm, wqkv, bqkv, cos, sin)
-        kc[rows, :, pos] = k
-        vc[rows, :, pos] = v
-        q = q.view(B, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
-        scores = torch.matmul(q, kc.transpose(-1, -2)) * self.head_dim**-0.5 + mask
-        o = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), vc)
-        return linear(o.reshape(B, -1), wo, bo)
-
-    def paged_decode_layer(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor | QuantWeight, bqkv: Tensor | None,
-                           wo: Tensor | QuantWeight, bo: Tensor | None, mlp_norm: Tensor,
-                           w13: Tensor | QuantWeight, w2: Tensor | QuantWeight, kc: Tensor, vc: Tensor,
-                           cos: Tensor, sin: Tensor, written: Tensor, table: Tensor, lens: Tensor,
-                           block_size: int) -> Tensor:
-        """decode_layer over a block pool: the new K/V go to each row's pool row `written`, and attention
-        reads each row's first lens[b] tokens through its block table."""
+        rank sums it over ranks before adding it): the new K/V go to each row's cache row `written`,
+        and attention reads each row's first lens[b] tokens through its block table."""
         B = h.shape[0]
         q, k, v = self.qkv_rope(h, attn_norm, wqkv, bqkv, cos, sin)
         kc[written] = k
         vc[written] = v
         o = paged_decode_attention(q, kc, vc, table, lens, block_size)
-        h = h + linear(o.reshape(B, -1), wo, bo)
-        return h + self.mlp(h, mlp_norm, w13, w2)
+        return linear(o.reshape(B, -1), wo, bo)
 
     def _paged_decode_step(self, st: PagedState) -> Tensor:
         """decode_step over the selected slots `st.sel`: gather their counters, run the layers over the
@@ -290,8 +274,8 @@ class FastDecoder:
         cos, sin = self.rope(pos)
         written, table, lens = st.index(sel, pos), st.table[sel], (pos + 1) * active
         for w, kc, vc in zip(self.layers, st.k, st.v):
-            h = self.paged_layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
-                                    kc, vc, cos, sin, written, table, lens, st.block_size)
+            h = self.layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
+                              kc, vc, cos, sin, written, table, lens, st.block_size)
         st.step.zero_()
         logits, nxt = self.head_fn(h, st.sel_out, st.step)
         st.out[sel] = st.sel_out
@@ -314,11 +298,10 @@ class FastDecoder:
             return self._paged_decode_step(st)
         h = self.embed[st.tokens]
         cos, sin = self.rope(st.pos)
-        mask = torch.zeros(st.pos.shape[0], st.key_idx.shape[0], dtype=self.dtype, device=self.device)
-        mask = mask.masked_fill(st.key_idx[None, :] > st.pos[:, None], float("-inf"))[:, None, None, :]
+        written, lens = st.index(st.rows, st.pos), (st.pos + 1) * st.active
         for w, kc, vc in zip(self.layers, st.k, st.v):
             h = self.layer_fn(h, w.attn_norm, w.wqkv, w.bqkv, w.wo, w.bo, w.mlp_norm, w.w13, w.w2,
-                              kc, vc, cos, sin, st.rows, st.pos, mask)
+                              kc, vc, cos, sin, written, st.table, lens, st.block_size)
         logits, nxt = self.head_fn(h, st.out, st.step)
         st.tokens.copy_(nxt)
         st.pos.add_(st.active)

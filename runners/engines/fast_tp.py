@@ -105,8 +105,10 @@ class ShardedDecoder(FastDecoder):
 
     def decode_layer(self, h: Tensor, attn_norm: Tensor, wqkv: Tensor, bqkv: Tensor | None, wo: Tensor,
                      bo: Tensor | None, mlp_norm: Tensor, w13: Tensor, w2: Tensor, kc: Tensor, vc: Tensor,
-                     cos: Tensor, sin: Tensor, rows: Tensor, pos: Tensor, mask: Tensor) -> Tensor:
-        h = h + self.reduce(self.attn_fn(h, attn_norm, wqkv, bqkv, wo, bo, kc, vc, cos, sin, rows, pos, mask))
+                     cos: Tensor, sin: Tensor, written: Tensor, table: Tensor, lens: Tensor,
+                     block_size: int) -> Tensor:
+        h = h + self.reduce(self.attn_fn(h, attn_norm, wqkv, bqkv, wo, bo, kc, vc, cos, sin, written, table, lens,
+                                         block_size))
         return h + self.reduce(self.mlp_fn(h, mlp_norm, w13, w2))
 
     def reduce(self, x: Tensor) -> Tensor:
@@ -185,11 +187,13 @@ class TensorParallelEngine(FastEngine):
         return max(0.0, step_ms - silent_ms), step_ms
 
     def _replay_ms(self, graph: torch.cuda.CUDAGraph) -> float:
-        """Median event time of a graph replay from position 0 (the decode step reads the whole cache
-        whatever the position, so the time does not depend on it); one untimed replay first."""
+        """Median event time of a graph replay at the shape's mid-decode position (its longest prompt plus half
+        its longest output: a step reads each row up to its position, so the time depends on it); one untimed
+        replay first."""
         st, timed = self.state, []
+        _, prompt_len, output_len = self.shape
         for k in range(PROBE_REPLAYS + 1):
-            st.pos.zero_()
+            st.pos.fill_(prompt_len + output_len // 2)
             st.step.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()

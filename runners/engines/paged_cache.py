@@ -1,10 +1,11 @@
 """The continuous engine's KV cache: a pool of fixed-size blocks and a block table per request slot.
 
-A slot cache gives every slot the workload's longest request, so its size is slots × longest and a
-decode step reads every slot to that length. Paged, a request holds only the blocks its tokens fill,
-the pool is sized from the GPU's free memory, and decode attention reads each row's own blocks
-(runners.engines.kernels.paged_attention). The static engine keeps its slot cache: it models static batching, padding
-included.
+A slot cache gives every slot the workload's longest request up front, so its size is slots × longest.
+Paged, a request holds only the blocks its tokens fill and the pool is sized from the GPU's free memory.
+Decode attention reads each row's own blocks up to its length either way
+(runners.engines.kernels.paged_attention). The static engine keeps its slot cache (`DecodeState`, a pool
+whose block table gives slot b the contiguous rows b × max_len onwards): it models static batching,
+padding included.
 
 The state has the same per-row buffers as the slot cache's `DecodeState` (tokens, pos, out, step,
 active), so the prefill and the step counters are shared code; K/V positions go through `index`.

@@ -6,6 +6,7 @@ import-free on purpose: the spec, the runner and the app all read it.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,8 +29,8 @@ class EngineKind:
     name: str
     remote: bool  # it sends requests to a running server instead of loading a model
     shows_gpu_knee: bool  # its per-step host overhead is small enough that the GPU's own throughput knee shows
-    static_reads_whole_cache: bool  # a static decode step attends over the whole KV cache set up for the point
-    # (its draws' longest prompt plus longest output), masked, not the part filled so far (runners.engines.fast_model)
+    whole_cache_until: int  # the engine's last version whose static decode step attended over the whole KV cache
+    # set up for the point (its draws' longest prompt plus longest output), masked, not the part filled so far; 0: none
 
 
 MODE_KINDS: dict[str, ModeKind] = {kind.name: kind for kind in (
@@ -38,9 +39,9 @@ MODE_KINDS: dict[str, ModeKind] = {kind.name: kind for kind in (
     ModeKind("endpoint", user_batch_sizes=False, load_driven=True, in_process=False, slot_cache=False),
 )}
 ENGINE_KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (
-    EngineKind("hf-generate", remote=False, shows_gpu_knee=False, static_reads_whole_cache=False),
-    EngineKind("fast", remote=False, shows_gpu_knee=True, static_reads_whole_cache=True),
-    EngineKind("endpoint", remote=True, shows_gpu_knee=False, static_reads_whole_cache=False),
+    EngineKind("hf-generate", remote=False, shows_gpu_knee=False, whole_cache_until=0),
+    EngineKind("fast", remote=False, shows_gpu_knee=True, whole_cache_until=2),
+    EngineKind("endpoint", remote=True, shows_gpu_knee=False, whole_cache_until=0),
 )}
 MODES = tuple(MODE_KINDS)
 ENGINES = tuple(ENGINE_KINDS)
@@ -93,11 +94,15 @@ def engine_shows_gpu_knee(engine: str | None) -> bool:
     return kind is not None and kind.shows_gpu_knee
 
 
-def decode_reads_whole_cache(engine: str | None, mode: str | None) -> bool:
-    """Whether each decode step reads the whole KV cache the point set up rather than what is filled: the fast
-    engine's static batches (its continuous batches read each row's own blocks)."""
+def decode_reads_whole_cache(engine: str | None, mode: str | None, engine_version: str | None) -> bool:
+    """Whether each decode step read the whole KV cache the point set up rather than what was filled: the fast
+    engine's static batches up to its version 2 (`engine_version` is the run's recorded one, "fast 2 (…)"; its
+    continuous batches always read each row's own blocks). False where the version is not recorded."""
     kind = ENGINE_KINDS.get(engine or "")
-    return kind is not None and kind.static_reads_whole_cache and sweeps_batch_size(mode)
+    if kind is None or not kind.whole_cache_until or not sweeps_batch_size(mode):
+        return False
+    number = re.match(rf"{re.escape(kind.name)} (\d+)\b", engine_version or "")
+    return number is not None and int(number.group(1)) <= kind.whole_cache_until
 
 
 def server_mode() -> str:

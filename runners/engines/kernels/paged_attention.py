@@ -1,10 +1,12 @@
 """Decode attention over a paged KV cache: each row reads only its own blocks, up to its own length.
 
-Why: a slot cache makes every decode row read its slot to the cache's full length, so a step of mixed
-lengths reads about twice the bytes its rows hold (docs/benchmarks.md, issue 32). Here the cache is a
-pool of fixed-size blocks, `[blocks × block_size, kv_heads, head_dim]` (token-major inside a block, so
+Why: a masked matmul over a slot cache makes every decode row read its slot to the cache's full length, so a
+step of mixed lengths read about twice the bytes its rows hold (docs/benchmarks.md, issue 32), and a static
+batch's step read the cache set up for its point's longest draw from the first step on. Here the cache is
+a pool of fixed-size blocks, `[blocks × block_size, kv_heads, head_dim]` (token-major inside a block, so
 the packed prefill writes and gathers it with one flat index per token), and a row's block table
-names the blocks that hold its positions 0, 1, 2, … in order.
+names the blocks that hold its positions 0, 1, 2, … in order: a continuous pool's in any order, the
+static slot cache's contiguous (runners.engines.fast_model.DecodeState).
 
 On a GPU the attention is a split-K ("flash-decoding") Triton kernel: each program takes one row, one
 KV head (its whole query group at once, so every K/V byte is read once) and one span of the row's
@@ -29,16 +31,19 @@ def flat_index(table: Tensor, slot: Tensor, pos: Tensor, block_size: int) -> Ten
 def reference(q: Tensor, k_pool: Tensor, v_pool: Tensor, table: Tensor, lens: Tensor, block_size: int) -> Tensor:
     """q [B, heads, D] against each row's first lens[b] cached tokens; [B, heads, D]. A row of length 0
     (a parked slot) gets zeros. Gathers up to the longest row only (reading that length is a host sync:
-    this path never runs inside a CUDA graph)."""
+    this path never runs inside a CUDA graph), and zeroes what a row does not hold before using it, as the
+    kernel's masked loads do: whatever lies past a row's length cannot reach its result."""
     B, heads, D = q.shape
     kv_heads = k_pool.shape[1]
     tok = torch.arange(-(-int(lens.max()) // block_size) * block_size, device=q.device)
     rows = torch.arange(B, device=q.device)[:, None]
     idx = flat_index(table, rows, tok[None, :], block_size)  # [B, L]
-    k, v = k_pool[idx].float(), v_pool[idx].float()  # [B, L, kv_heads, D]
+    valid = tok[None, :] < lens[:, None]
+    unheld = ~valid[:, :, None, None]
+    k = k_pool[idx].float().masked_fill(unheld, 0.0)  # [B, L, kv_heads, D]
+    v = v_pool[idx].float().masked_fill(unheld, 0.0)
     qg = q.float().view(B, kv_heads, heads // kv_heads, D)
     scores = torch.einsum("bkgd,blkd->bkgl", qg, k) * D**-0.5
-    valid = tok[None, :] < lens[:, None]
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     p = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     return torch.einsum("bkgl,blkd->bkgd", p, v).reshape(B, heads, D).to(q.dtype)
