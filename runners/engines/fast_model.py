@@ -59,7 +59,7 @@ class DecodeState:
     rows: Tensor  # arange(slots)
     out: Tensor  # [slots, max_output_len] generated ids
     step: Tensor  # [1] column of `out` the next step writes
-    active: Tensor  # [slots] 1 where a row advances its position; 0 parks a free slot (continuous)
+    active: Tensor  # [slots] 1 where a row advances its position (every row of a static batch, once prefilled)
 
     @property
     def kv_bytes(self) -> int:
