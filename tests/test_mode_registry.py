@@ -8,7 +8,7 @@ import pytest
 
 from runners.spec import ENGINES, MODES, SweepSpec
 from runners.spec.registry import (DEFAULT_MODE, ENGINE_KINDS, MODE_KINDS, decode_reads_whole_cache,
-                                   engine_is_remote, engine_shows_gpu_knee,
+                                   engine_is_remote, engine_release, engine_shows_gpu_knee,
                                    is_load_driven, measures_a_server, modes_that, schedules_slots, server_mode,
                                    sweeps_batch_size)
 from runners.spec.sweep import LOADED, SERVED, STATIC
@@ -96,3 +96,11 @@ def test_only_the_fast_engines_static_batches_up_to_version_2_read_the_whole_cac
     assert not decode_reads_whole_cache("fast", "continuous", fast2)
     assert not decode_reads_whole_cache("hf-generate", "static", "hf-generate (transformers 5.17.0)")
     assert not decode_reads_whole_cache("fast", "static", None)  # not recorded: not told
+
+
+def test_an_engine_release_is_the_number_after_its_name_in_the_recorded_version() -> None:
+    assert engine_release("fast", "fast 2 (packed prefill, weights fp8, compile True)") == 2
+    assert engine_release("fast", "fast 13; tensor parallel 2") == 13
+    assert engine_release("hf-generate", "hf-generate (transformers 5.17.0, torch 2.11.0+cu130)") is None
+    assert engine_release("fast", "faster 2 (x)") is None
+    assert engine_release(None, "fast 2") is None and engine_release("fast", None) is None

@@ -11,7 +11,7 @@ from batchscope.analysis.marker import num, pct
 from batchscope.analysis.roofline import whole_cache_read_ms
 from batchscope.explain.words import measured, roofline_share, value
 from batchscope.units import ms, size
-from runners.spec.registry import decode_reads_whole_cache
+from runners.spec.registry import decode_reads_whole_cache, engine_release
 
 WHOLE_CACHE_MATTERS = 1.25  # a whole-cache read this many times the floor is worth a sentence; below, it is noise
 
@@ -42,17 +42,18 @@ def whole_cache_sentence(run: dict[str, Any], point: pd.Series) -> str:
     """Why a point sits far above its floor when its engine reads the whole KV cache it set up every step, not the
     part filled: how much of the distance that read is ("" where the engine reads what is filled, or it is small)."""
     model, calibration, allocated = run.get("model"), run.get("calibration"), value(point, "mem_kv_allocated")
-    reads_whole = decode_reads_whole_cache(run.get("engine"), run.get("mode"), (run.get("env") or {}).get("engine"))
-    if not (reads_whole and model and calibration and allocated):
+    engine, version = run.get("engine"), (run.get("env") or {}).get("engine")
+    if not (decode_reads_whole_cache(engine, run.get("mode"), version) and model and calibration and allocated):
         return ""
     read = float(whole_cache_read_ms(model, calibration, allocated))
     floor, step = float(point["predicted_step_ms"]), float(point["decode_step_ms"])
     if read < WHOLE_CACHE_MATTERS * floor or step <= floor:
         return ""
     share = min(1.0, (read - floor) / (step - floor))
-    return (f"At batch {int(point['batch_size'])} this engine reads its whole {size(allocated)} KV cache each step, "
-            f"sized for the point's longest draw: that read takes at least {ms(read)}, so {pct(share)} of the gap "
-            f"to the floor is the engine's padding, not the GPU.")
+    return (f"At batch {int(point['batch_size'])} this run's engine ({engine} {engine_release(engine, version)}; "
+            f"later versions read only what is filled) reads its whole {size(allocated)} KV cache each step, sized "
+            f"for the point's longest draw: that read takes at least {ms(read)}, so {pct(share)} of the gap to the "
+            f"floor is the engine's padding, not the GPU.")
 
 
 def bound_sentence(run: dict[str, Any], predicted: pd.DataFrame, ridge: float | None) -> str:

@@ -94,15 +94,22 @@ def engine_shows_gpu_knee(engine: str | None) -> bool:
     return kind is not None and kind.shows_gpu_knee
 
 
+def engine_release(engine: str | None, engine_version: str | None) -> int | None:
+    """The engine's version number in a run's recorded engine version ("fast 2 (packed prefill, …)" → 2); None where
+    it names none."""
+    number = re.match(rf"{re.escape(engine or '')} (\d+)\b", engine_version or "") if engine else None
+    return int(number.group(1)) if number else None
+
+
 def decode_reads_whole_cache(engine: str | None, mode: str | None, engine_version: str | None) -> bool:
     """Whether each decode step read the whole KV cache the point set up rather than what was filled: the fast
-    engine's static batches up to its version 2 (`engine_version` is the run's recorded one, "fast 2 (…)"; its
-    continuous batches always read each row's own blocks). False where the version is not recorded."""
+    engine's static batches up to its version 2 (`engine_version` is the run's recorded one; its continuous
+    batches always read each row's own blocks). False where the version is not recorded."""
     kind = ENGINE_KINDS.get(engine or "")
     if kind is None or not kind.whole_cache_until or not sweeps_batch_size(mode):
         return False
-    number = re.match(rf"{re.escape(kind.name)} (\d+)\b", engine_version or "")
-    return number is not None and int(number.group(1)) <= kind.whole_cache_until
+    release = engine_release(engine, engine_version)
+    return release is not None and release <= kind.whole_cache_until
 
 
 def server_mode() -> str:
