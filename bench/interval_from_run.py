@@ -15,11 +15,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runners.metrics.interval import (Interval, StaticDraw, by_draws, decode_kv_tokens, host_draws,  # noqa: E402
-                                      static_interval)
+from runners.metrics.interval import Interval, StaticDraw, by_draws, host_draws, static_interval  # noqa: E402
 from runners.metrics.open_loop import open_loop_draw, open_loop_interval  # noqa: E402
 from runners.metrics.open_loop import host_draws as open_loop_host_draws  # noqa: E402
 from runners.spec import SweepSpec  # noqa: E402
+from runners.spec.registry import static_rows_padded  # noqa: E402
 
 
 def point_lines(run: Path) -> list[str]:
@@ -55,13 +55,13 @@ def static(spec: SweepSpec, summary: dict, requests: list[list[dict]], firsts: l
            steps: list[dict]) -> Interval:
     def draw(mine: list[dict], run: dict) -> StaticDraw:
         prompts = [q["prompt_len"] for q in mine]
-        own = [(decode_kv_tokens(prompts, s["step_index"]), s["duration_ms"]) for s in steps
+        own = [(s["step_index"], s["duration_ms"]) for s in steps
                if s["phase"] == "decode" and s["repeat"] == run["repeat"]]
         return StaticDraw(prompts, [q["output_len"] for q in mine], run["prefill_ms"], own, run["output_tokens_per_s"])
 
     size = summary["batch_size"]
     return static_interval([draw(mine, r) for mine, r in zip(requests, firsts)],
-                           host_draws(lambda k: spec.request_lengths(size, k)))
+                           host_draws(lambda k: spec.request_lengths(size, k)), static_rows_padded(spec.engine))
 
 
 def open_loop(spec: SweepSpec, summary: dict, requests: list[list[dict]], firsts: list[dict]) -> Interval:

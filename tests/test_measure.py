@@ -45,31 +45,35 @@ def test_a_static_batch_runs_as_long_as_its_longest_output() -> None:
     # prefills of 100 and 300 padded tokens took 12 and 16 ms: 10 ms fixed + 0.02 ms a token; decode steps' median
     # 10 ms, at one KV length each run (no slope). A batch of 2 with prompts 8, 4 (16 padded tokens) and outputs
     # 3, 11: 10 + 0.02 × 16 + 10 × (11 − 1) = 110.32 ms for 14 tokens
-    model = StepModel.fit([(100, 12.0), (300, 16.0)], [[(50, 10.0), (50, 10.0)], [(50, 12.0), (50, 9.0)]])
+    model = StepModel.fit([(100, 12.0), (300, 16.0)], [[(50, 10.0), (50, 10.0)], [(50, 12.0), (50, 9.0)]], True)
     assert model.prefill_fixed_ms == pytest.approx(10.0) and model.prefill_ms_per_token == pytest.approx(0.02)
     assert (model.step_fixed_ms, model.step_ms_per_kv_token) == (10.0, 0.0)
     assert model.tokens_per_s([8, 4], [3, 11]) == pytest.approx(14 / 0.11032)
 
 
-def test_a_decode_step_grows_with_the_padded_kv_it_attends_to() -> None:
-    # a batch of 2, prompts 500 and 300: step k attends to 2 × (500 + k) KV tokens
-    assert decode_kv_tokens([500, 300], 1) == 1002 and decode_kv_tokens([500, 300], 2) == 1004
+def test_a_decode_step_grows_with_the_kv_it_attends_to_padded_or_its_rows_own() -> None:
+    # a batch of 2, prompts 500 and 300: step k attends to 2 × (500 + k) KV tokens where rows are padded to the
+    # longest prompt (hf-generate), to 500 + 300 + 2k where each row continues from its own (the fast engine)
+    assert decode_kv_tokens([500, 300], 1, True) == 1002 and decode_kv_tokens([500, 300], 2, True) == 1004
+    assert decode_kv_tokens([500, 300], 1, False) == 802 and decode_kv_tokens([500, 300], 2, False) == 804
     # two runs whose steps rise 2 and 4 ms per 1 000 KV tokens: the median of the runs' own slopes is 0.003 ms a
     # token; every step less 0.003 ms × its KV is 7, 6 and 5, 6, 7 ms: fixed part 6 ms
-    model = StepModel.fit([(100, 5.0)], [[(1000, 10.0), (2000, 12.0)], [(1000, 8.0), (2000, 12.0), (3000, 16.0)]])
+    runs = [[(1000, 10.0), (2000, 12.0)], [(1000, 8.0), (2000, 12.0), (3000, 16.0)]]
+    model = StepModel.fit([(100, 5.0)], runs, True)
     assert model.step_ms_per_kv_token == pytest.approx(0.003) and model.step_fixed_ms == pytest.approx(6.0)
     # outputs 3 and 1 after those prompts: steps 1 and 2 attend to 1 002 and 1 004 tokens,
-    # 2 × 6 + 0.003 × 2 006 = 18.018 ms
+    # 2 × 6 + 0.003 × 2 006 = 18.018 ms; the rows' own KV, 802 and 804: 2 × 6 + 0.003 × 1 606 = 16.818 ms
     assert model.decode_ms([500, 300], [3, 1]) == pytest.approx(18.018)
+    assert StepModel.fit([(100, 5.0)], runs, False).decode_ms([500, 300], [3, 1]) == pytest.approx(16.818)
     # a step that gets shorter as the KV grows is noise: no slope, the median step
-    falling = StepModel.fit([(100, 5.0)], [[(1000, 12.0), (2000, 10.0), (3000, 11.0)]])
+    falling = StepModel.fit([(100, 5.0)], [[(1000, 12.0), (2000, 10.0), (3000, 11.0)]], True)
     assert (falling.step_ms_per_kv_token, falling.step_fixed_ms) == (0.0, 11.0)
     # a slope so steep that the fixed part would fall below zero (each run 0.02 ms a token; every step less that:
     # −10, −10, −2, −2, 6, 6, 6 ms, median −2): the step goes through the origin at the steps' median ms per
     # token (10/1000, 12/1100, 20/1100, 22/1200, 30/1200, 32/1300, 34/1400: 22/1200), so no draw is predicted to
     # decode in less than nothing
     steep = StepModel.fit([(100, 5.0)], [[(1000, 10.0), (1100, 12.0)], [(1100, 20.0), (1200, 22.0)],
-                                         [(1200, 30.0), (1300, 32.0), (1400, 34.0)]])
+                                         [(1200, 30.0), (1300, 32.0), (1400, 34.0)]], True)
     assert steep.step_fixed_ms == 0.0 and steep.step_ms_per_kv_token == pytest.approx(22 / 1200)
     assert steep.decode_ms([10], [3]) == pytest.approx((22 / 1200) * (11 + 12))
 
@@ -79,20 +83,36 @@ def test_a_slow_stretch_in_one_run_does_not_tilt_the_step() -> None:
     # Pooled, a line through every step would rise; the median of the runs' own slopes stays 0.
     flat = [(k, 10.0) for k in range(1000, 1100)]
     stretch = [(k, 10.0 if k < 1050 else 20.0) for k in range(1000, 1100)]
-    model = StepModel.fit([(100, 5.0)], [flat, flat, stretch])
+    model = StepModel.fit([(100, 5.0)], [flat, flat, stretch], True)
     assert (model.step_ms_per_kv_token, model.step_fixed_ms) == (0.0, 10.0)
+
+
+def test_a_static_point_is_modelled_on_the_kv_its_engine_reads() -> None:
+    # two-row draws whose decode steps take 1 ms + 1 µs per KV token of the rows' own prompts plus the tokens made
+    # (the fast engine's rows continue from their own length), 10 decode steps each, prefills a flat 10 ms.
+    # Prompts 100 + 100, 300 + 100 and 200 + 200: the draws share one line in their own KV, so each, held out, is
+    # predicted exactly; over the padded KV (2 × longest prompt) the 300 + 100 draw's steps sit 200 tokens to the
+    # right of where its time says, so the model read that way misses
+    def draw(prompts: list[int]) -> StaticDraw:
+        steps = [(k, 1.0 + 0.001 * (sum(prompts) + 2 * k)) for k in range(1, 11)]
+        return StaticDraw(prompts, [11, 11], 10.0, steps, 22 / (10.0 + sum(ms for _, ms in steps)) * 1000)
+
+    draws = [draw([100, 100]), draw([300, 100]), draw([200, 200])]
+    host = [([150, 150], [11, 11])]
+    assert static_interval(draws, host, False).prediction_error_max == pytest.approx(0.0, abs=1e-9)
+    assert static_interval(draws, host, True).prediction_error_max > 0.01
 
 
 def test_the_prefill_line_stays_physical() -> None:
     # noise that tilts the line down (20 ms at 100 tokens, 10 ms at 300) reads as a fixed 15 ms
-    flat = StepModel.fit([(100, 20.0), (300, 10.0)], [])
+    flat = StepModel.fit([(100, 20.0), (300, 10.0)], [], True)
     assert (flat.prefill_fixed_ms, flat.prefill_ms_per_token) == (15.0, 0.0)
     # one length gives no slope: through the origin, at the mean (11 ms ÷ 200 tokens)
-    one = StepModel.fit([(200, 10.0), (200, 12.0)], [])
+    one = StepModel.fit([(200, 10.0), (200, 12.0)], [], True)
     assert (one.prefill_fixed_ms, one.prefill_ms_per_token) == (0.0, pytest.approx(0.055))
     # a long prompt's prefill grows faster than its tokens: the line's fixed part comes out below zero
     # (100 → 50 ms, 200 → 150 ms: −50 ms + 1 ms a token), and is read as no less than 0 ms
-    steep = StepModel.fit([(100, 50.0), (200, 150.0)], [])
+    steep = StepModel.fit([(100, 50.0), (200, 150.0)], [], True)
     assert steep.prefill_fixed_ms == pytest.approx(-50.0) and steep.prefill_ms([20]) == 0.0
     assert steep.prefill_ms([300]) == pytest.approx(250.0)
 
@@ -102,21 +122,21 @@ def test_each_draw_is_predicted_by_the_model_fitted_without_it() -> None:
     # and 19 ms. Fitted without it, the third is predicted on the line through the first two (10 ms + 0.01 ms a
     # token: 13 ms), so its 6 ms miss shows: predicted 11 / 23 ms, measured 11 / 29 ms.
     def steps(prompt: int, ms: float) -> list[tuple[int, float]]:
-        return [(decode_kv_tokens([prompt], k), ms) for k in range(1, 11)]
+        return [(k, ms) for k in range(1, 11)]
 
     draws = [StaticDraw([n], [11], ms, steps(n, 1.0), 11 / (ms + 10.0) * 1000)
              for n, ms in ((100, 11.0), (200, 12.0), (300, 19.0))]
-    found = static_interval(draws, [([200], [11])])
+    found = static_interval(draws, [([200], [11])], True)
     assert found.predicted[2] == pytest.approx(11 / 0.023)
     assert found.prediction_error_max >= abs(29 / 23 - 1) - 1e-9
     # the same draws on the line are predicted exactly, so only the host mean's sampling error is left (none)
     exact = [StaticDraw([n], [11], 10 + n / 100, steps(n, 1.0), 11 / (20 + n / 100) * 1000) for n in (100, 200, 300)]
-    known = static_interval(exact, [([200], [11])])
+    known = static_interval(exact, [([200], [11])], True)
     assert known.half == pytest.approx(0.0, abs=1e-12) and known.estimate == pytest.approx(11 / 0.022)
     # a draw's own steps are held out too: the third ran its steps at 2 ms, so the model fitted without it
     # predicts it at 1 ms a step (11 / 23 ms) and misses its 11 / 39 ms
     slow = [*draws[:2], StaticDraw([300], [11], 19.0, steps(300, 2.0), 11 / 39.0 * 1000)]
-    assert static_interval(slow, [([200], [11])]).predicted[2] == pytest.approx(11 / 0.023)
+    assert static_interval(slow, [([200], [11])], True).predicted[2] == pytest.approx(11 / 0.023)
 
 
 def test_a_point_runs_its_plan_then_draws_until_known_or_a_budget_is_spent() -> None:

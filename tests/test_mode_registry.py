@@ -10,7 +10,7 @@ from runners.spec import ENGINES, MODES, SweepSpec
 from runners.spec.registry import (DEFAULT_MODE, ENGINE_KINDS, MODE_KINDS, decode_reads_whole_cache,
                                    engine_is_remote, engine_release, engine_shows_gpu_knee,
                                    is_load_driven, measures_a_server, modes_that, schedules_slots, server_mode,
-                                   sweeps_batch_size)
+                                   static_rows_padded, sweeps_batch_size)
 from runners.spec.sweep import LOADED, SERVED, STATIC
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,3 +104,8 @@ def test_an_engine_release_is_the_number_after_its_name_in_the_recorded_version(
     assert engine_release("hf-generate", "hf-generate (transformers 5.17.0, torch 2.11.0+cu130)") is None
     assert engine_release("fast", "faster 2 (x)") is None
     assert engine_release(None, "fast 2") is None and engine_release("fast", None) is None
+
+
+def test_hf_generate_pads_its_static_rows_to_the_longest_prompt_and_fast_does_not() -> None:
+    assert static_rows_padded("hf-generate") and not static_rows_padded("fast")
+    assert static_rows_padded("an-engine-from-a-later-version")  # unknown: padded, as model.generate() is

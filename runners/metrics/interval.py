@@ -87,17 +87,21 @@ class StepModel:
     """A static batch's time from its measured steps: a prefill of a fixed part (launches, sampling: most of a
     small batch's prefill) plus a part per padded prompt token, then one decode step for every output token after
     the first (a batch runs as long as its longest output), each a fixed part plus a part per KV token it
-    attends to. On an H100 hf-generate's 1B step at batch 64 rose from 30 to 80 ms with the padded KV
-    (5.1 ms + 0.24 ms per 1 000 tokens), and a flat step missed its draws by up to 41 %; the fast engine's steps
-    barely move with it (docs/benchmarks.md, twenty-third session)."""
+    attends to (decode_kv_tokens: `padded_rows` says whose prompt a row attends over). On an H100 hf-generate's 1B
+    step at batch 64 rose from 30 to 80 ms with the padded KV (5.1 ms + 0.24 ms per 1 000 tokens), and a flat
+    step missed its draws by up to 41 %; the fast engine's step (version 3) rose with its rows' own KV, 1.76 ms +
+    0.0100 ms per 1 000 tokens at 1B batch 64, where the padded KV fitted its draws' steps with r² 0.04
+    (docs/benchmarks.md, twenty-third and twenty-fourth sessions)."""
 
     prefill_fixed_ms: float
     prefill_ms_per_token: float
     step_fixed_ms: float
     step_ms_per_kv_token: float
+    padded_rows: bool
 
     @classmethod
-    def fit(cls, prefills: Sequence[tuple[int, float]], steps: Sequence[Sequence[tuple[int, float]]]) -> StepModel:
+    def fit(cls, prefills: Sequence[tuple[int, float]], steps: Sequence[Sequence[tuple[int, float]]],
+            padded_rows: bool) -> StepModel:
         """From each measured run's (padded prompt tokens, prefill ms) and, per run, its decode steps' (KV tokens,
         ms). The prefill is the least-squares line through the prefills, flat where noise tilts it down (a
         prefill never gets shorter for more tokens); through the origin when one run or one length gives no
@@ -120,8 +124,8 @@ class StepModel:
         every = [(k, m) for run in steps for k, m in run]
         fixed = statistics.median(m - per_kv * k for k, m in every) if every else 0.0
         if fixed < 0:  # a step takes no less than nothing at no KV: through the origin instead
-            return cls(*prefill, 0.0, statistics.median(m / k for k, m in every))
-        return cls(*prefill, fixed, per_kv)
+            return cls(*prefill, 0.0, statistics.median(m / k for k, m in every), padded_rows)
+        return cls(*prefill, fixed, per_kv, padded_rows)
 
     def prefill_ms(self, prompt_lens: Sequence[int]) -> float:
         """Never below zero, wherever the line is read."""
@@ -130,7 +134,8 @@ class StepModel:
     def decode_ms(self, prompt_lens: Sequence[int], output_lens: Sequence[int]) -> float:
         """Every step after the first token: step k (1 … longest output − 1) attends to decode_kv_tokens(…, k)."""
         steps = max(output_lens) - 1
-        kv = len(prompt_lens) * (steps * max(prompt_lens) + steps * (steps + 1) / 2)  # Σ decode_kv_tokens over k
+        prompts = decode_kv_tokens(prompt_lens, 0, self.padded_rows)
+        kv = steps * prompts + len(prompt_lens) * steps * (steps + 1) / 2  # Σ decode_kv_tokens over k
         return steps * self.step_fixed_ms + self.step_ms_per_kv_token * kv
 
     def tokens_per_s(self, prompt_lens: Sequence[int], output_lens: Sequence[int]) -> float:
@@ -148,10 +153,12 @@ def padded_tokens(prompt_lens: Sequence[int]) -> int:
     return len(prompt_lens) * max(prompt_lens)
 
 
-def decode_kv_tokens(prompt_lens: Sequence[int], step_index: int) -> int:
+def decode_kv_tokens(prompt_lens: Sequence[int], step_index: int, padded_rows: bool) -> int:
     """The KV tokens a static batch's decode step `step_index` (1 for the step after the prefill) attends to: every
-    row padded to the longest prompt, plus the tokens made so far."""
-    return len(prompt_lens) * (max(prompt_lens) + step_index)
+    row's prompt, padded to the longest where the engine pads its rows (runners.spec.registry.static_rows_padded)
+    or its own, plus the tokens made so far."""
+    prompts = padded_tokens(prompt_lens) if padded_rows else sum(prompt_lens)
+    return prompts + len(prompt_lens) * step_index
 
 
 Lengths = Callable[[int], tuple[list[int], list[int]]]  # a draw's number → its prompt and output lengths
@@ -164,8 +171,8 @@ def host_draws(lengths: Lengths) -> list[tuple[list[int], list[int]]]:
 
 @dataclass(frozen=True)
 class StaticDraw:
-    """What the model reads of one measured static batch: its lengths, prefill time, decode steps (KV tokens, ms)
-    and throughput."""
+    """What the model reads of one measured static batch: its lengths, prefill time, decode steps (step index: 1
+    for the step after the prefill, ms) and throughput."""
 
     prompt_lens: list[int]
     output_lens: list[int]
@@ -174,13 +181,15 @@ class StaticDraw:
     tokens_per_s: float
 
 
-def static_interval(draws: Sequence[StaticDraw], host: Sequence[tuple[list[int], list[int]]]) -> Interval:
+def static_interval(draws: Sequence[StaticDraw], host: Sequence[tuple[list[int], list[int]]],
+                    padded_rows: bool) -> Interval:
     """The `model` method for a static point: each measured draw is predicted by the step model fitted to the
     point's other draws (held out, prefills and steps both, so a model that only fits its own draws shows as
     misses), and the model fitted to them all is averaged over the `host` draws (host_draws) and corrected by
-    the held-out ratios."""
+    the held-out ratios. `padded_rows`: the engine's rows attend over the longest prompt (static_rows_padded)."""
     def fitted(used: Sequence[StaticDraw]) -> StepModel:
-        return StepModel.fit([(padded_tokens(d.prompt_lens), d.prefill_ms) for d in used], [d.steps for d in used])
+        steps = [[(decode_kv_tokens(d.prompt_lens, k, padded_rows), ms) for k, ms in d.steps] for d in used]
+        return StepModel.fit([(padded_tokens(d.prompt_lens), d.prefill_ms) for d in used], steps, padded_rows)
 
     return held_out_interval(draws, fitted, lambda d: (d.prompt_lens, d.output_lens),
                              [d.tokens_per_s for d in draws], host, "model")

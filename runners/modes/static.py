@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import time
 
-from runners.metrics.interval import Interval, StaticDraw, by_draws, decode_kv_tokens, host_draws, static_interval
+from runners.metrics.interval import Interval, StaticDraw, by_draws, host_draws, static_interval
 from runners.metrics.replicated import batch_repeat
 from runners.metrics.static import StaticRepeat, summarise
 from runners.metrics.summary import Summary
 from runners.metrics.utilisation import Window
 from runners.modes.context import PointContext
+from runners.spec.registry import static_rows_padded
 from runners.spec.static import StaticPoint
 from runners.workload import workload
 
@@ -45,10 +46,10 @@ class StaticRun:
         replicas each replica pads to its own share, which the model does not see, so draws alone."""
         if self.ctx.spec.replicas > 1:
             return by_draws([rep.row["output_tokens_per_s"] for rep in draws])
-        return static_interval([StaticDraw(r.batch.prompt_lens, r.batch.output_lens, r.row["prefill_ms"],
-                                           [(decode_kv_tokens(r.batch.prompt_lens, s["step_index"]), s["duration_ms"])
-                                            for s in r.steps if s["phase"] == "decode"],
-                                           r.row["output_tokens_per_s"]) for r in draws], self.host)
+        measured = [StaticDraw(r.batch.prompt_lens, r.batch.output_lens, r.row["prefill_ms"],
+                               [(s["step_index"], s["duration_ms"]) for s in r.steps if s["phase"] == "decode"],
+                               r.row["output_tokens_per_s"]) for r in draws]
+        return static_interval(measured, self.host, static_rows_padded(self.ctx.spec.engine))
 
     @functools.cached_property
     def host(self) -> list[tuple[list[int], list[int]]]:

@@ -29,6 +29,8 @@ class EngineKind:
     name: str
     remote: bool  # it sends requests to a running server instead of loading a model
     shows_gpu_knee: bool  # its per-step host overhead is small enough that the GPU's own throughput knee shows
+    static_rows_padded: bool  # a static batch's decode row attends over the batch's longest prompt (hf-generate pads
+    # on the left) rather than its own (the fast engine's rows continue from their own length): what a step reads
     whole_cache_until: int  # the engine's last version whose static decode step attended over the whole KV cache
     # set up for the point (its draws' longest prompt plus longest output), masked, not the part filled so far; 0: none
 
@@ -39,9 +41,9 @@ MODE_KINDS: dict[str, ModeKind] = {kind.name: kind for kind in (
     ModeKind("endpoint", user_batch_sizes=False, load_driven=True, in_process=False, slot_cache=False),
 )}
 ENGINE_KINDS: dict[str, EngineKind] = {kind.name: kind for kind in (
-    EngineKind("hf-generate", remote=False, shows_gpu_knee=False, whole_cache_until=0),
-    EngineKind("fast", remote=False, shows_gpu_knee=True, whole_cache_until=2),
-    EngineKind("endpoint", remote=True, shows_gpu_knee=False, whole_cache_until=0),
+    EngineKind("hf-generate", remote=False, shows_gpu_knee=False, static_rows_padded=True, whole_cache_until=0),
+    EngineKind("fast", remote=False, shows_gpu_knee=True, static_rows_padded=False, whole_cache_until=2),
+    EngineKind("endpoint", remote=True, shows_gpu_knee=False, static_rows_padded=False, whole_cache_until=0),
 )}
 MODES = tuple(MODE_KINDS)
 ENGINES = tuple(ENGINE_KINDS)
@@ -92,6 +94,13 @@ def engine_shows_gpu_knee(engine: str | None) -> bool:
     """Whether the engine's per-step host overhead is small enough that the GPU's own knee shows."""
     kind = ENGINE_KINDS.get(engine or "")
     return kind is not None and kind.shows_gpu_knee
+
+
+def static_rows_padded(engine: str | None) -> bool:
+    """Whether each row of the engine's static batch attends over the batch's longest prompt rather than its own
+    (an engine this version does not know: padded, as `model.generate()` does)."""
+    kind = ENGINE_KINDS.get(engine or "")
+    return kind is None or kind.static_rows_padded
 
 
 def engine_release(engine: str | None, engine_version: str | None) -> int | None:
