@@ -106,7 +106,7 @@ def static_rows_padded(engine: str | None) -> bool:
 def engine_release(engine: str | None, engine_version: str | None) -> int | None:
     """The engine's version number in a run's recorded engine version ("fast 2 (packed prefill, …)" → 2); None where
     it names none."""
-    number = re.match(rf"{re.escape(engine or '')} (\d+)\b", engine_version or "") if engine else None
+    number = re.match(rf"{re.escape(engine)} (\d+)\b", engine_version or "") if engine else None
     return int(number.group(1)) if number else None
 
 
