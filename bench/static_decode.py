@@ -5,9 +5,10 @@ Why: up to version 2 the static step attended over the whole cache its shape set
 cost the same from the first step to the last; from version 3 it reads each row up to its position. For each
 batch size this sets the shape up (prompt P, output N: the cache holds P + N a slot), then replays the
 captured step with every row at position p (P, P + N/2, P + N - 1), timed with CUDA events (median of
-REPLAYS, the counters reset before each replay, outside its events). Floors at the copy rate calibrated in
-the same call: the weights plus the rows' K/V up to p (B × (p + 1) tokens), and the weights plus the whole
-cache. Run from an older tree (`python3 OLD/bench/static_decode.py`) to compare engine versions on one card.
+REPLAYS: runners.engines.fast.replay_ms). Floors at the copy rate calibrated in the same call: the weights
+plus the rows' K/V up to p (B × (p + 1) tokens), and the weights plus the whole cache. The fast 2 column of
+docs/benchmarks.md (twenty-fourth session) came from this script's first version, which timed its replays
+itself, run over a copy of the previous commit's `runners/` on the same card.
 
     python3 bench/static_decode.py [--model llama-3.1-8b] [--batch-sizes 1,16,64] [--prompt-len 512]
                                    [--output-len 2048]
@@ -15,34 +16,17 @@ cache. Run from an older tree (`python3 OLD/bench/static_decode.py`) to compare 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runners.engines.fast import FastEngine  # noqa: E402
+from runners.engines.fast import FastEngine, replay_ms  # noqa: E402
 from runners.engines.models import load  # noqa: E402
 from runners.telemetry.calibrate import calibrate  # noqa: E402
 
 REPLAYS = 30
-
-
-def replay_ms(engine: FastEngine, pos: int) -> float:
-    """Median event time of the captured step with every row at `pos`; one untimed replay first."""
-    st, times = engine.state, []
-    for k in range(REPLAYS + 1):
-        st.pos.fill_(pos)
-        st.step.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        engine.graph.replay()
-        end.record()
-        end.synchronize()
-        if k:
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -66,7 +50,7 @@ def main() -> None:
         engine.setup(batch, P, N)
         whole_ms = (info.weight_bytes + engine.state.kv_bytes) / bandwidth * 1e3
         for pos in (P, P + N // 2, P + N - 1):
-            step = replay_ms(engine, pos)
+            step = replay_ms(engine.graph, engine.state, pos, REPLAYS)
             live_ms = (info.weight_bytes + batch * (pos + 1) * info.kv_bytes_per_token) / bandwidth * 1e3
             print(f"| {batch} | {pos} | {step:.2f} | {live_ms:.2f} | {step / live_ms:.2f} | {whole_ms:.2f} | "
                   f"{engine.state.kv_bytes / 2**30:.1f} |", flush=True)

@@ -11,6 +11,7 @@ step time is the GPU's. On CPU the same step runs eagerly, timed by perf_counter
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -207,3 +208,21 @@ def capture(decoder: FastDecoder, state: DecodeState | PagedState, pool: tuple |
     with torch.cuda.graph(graph, pool=pool):
         logits = decoder.decode_step(state)
     return graph, logits
+
+
+def replay_ms(graph: torch.cuda.CUDAGraph, state: DecodeState, pos: int, replays: int) -> float:
+    """Median CUDA-event time of `replays` replays of a captured decode step with every row of `state` at `pos` (a
+    step reads each row up to its position, so the time depends on it); the counters are reset before each
+    replay, outside its events, and one untimed replay goes first."""
+    timed = []
+    for k in range(replays + 1):
+        state.pos.fill_(pos)
+        state.step.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        if k:
+            timed.append((start, end))
+    timed[-1][1].synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in timed)

@@ -10,7 +10,6 @@ token is identical everywhere without another collective. The cost is vocab × h
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
@@ -18,7 +17,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from runners.engines.base import Batch, Generation
-from runners.engines.fast import FastEngine, capture
+from runners.engines.fast import FastEngine, capture, replay_ms
 from runners.engines.fast_model import FastDecoder, LayerWeights
 from runners.engines.models import LoadedModel
 from runners.engines.quant_layout import QUANT_DTYPES
@@ -187,22 +186,9 @@ class TensorParallelEngine(FastEngine):
         return max(0.0, step_ms - silent_ms), step_ms
 
     def _replay_ms(self, graph: torch.cuda.CUDAGraph) -> float:
-        """Median event time of a graph replay at the shape's mid-decode position (its longest prompt plus half
-        its longest output: a step reads each row up to its position, so the time depends on it); one untimed
-        replay first."""
-        st, timed = self.state, []
+        """A replay's time at the shape's mid-decode position: its longest prompt plus half its longest output."""
         _, prompt_len, output_len = self.shape
-        for k in range(PROBE_REPLAYS + 1):
-            st.pos.fill_(prompt_len + output_len // 2)
-            st.step.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            if k:
-                timed.append((start, end))
-        timed[-1][1].synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in timed)
+        return replay_ms(graph, self.state, prompt_len + output_len // 2, PROBE_REPLAYS)
 
     def generate(self, batch: Batch) -> Generation:
         if not self.fits(batch):
