@@ -9,10 +9,12 @@ and the pool's blocks are handed out in a shuffled order, as a long-running serv
 Every configuration is checked against the float32 reference (relative L2 error and worst absolute
 error) and timed with CUDA events over graph replays (median of 50), so launch gaps are not counted.
 Prints a markdown table; writes the numbers as JSON to the path given (docs/bench-paged-attention.json).
-Usage: python3 bench/paged_attention.py [OUT_JSON]
+`--rows 1,4,16` times few rows instead, where a row's KV heads times its spans may not fill the GPU's SMs.
+Usage: python3 bench/paged_attention.py [OUT_JSON] [--rows 128,256]
 """
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -30,7 +32,8 @@ SLOT_LEN = 2624
 C = paged_kernels.Config
 CONFIGS = [(16, C()), (32, C()), (64, C()), (16, C(tile=32)), (16, C(tile=128)), (32, C(split=256)),
            (16, C(num_warps=2)), (16, C(num_warps=8)), (16, C(num_stages=3)), (16, C(num_stages=4)),
-           (32, C(num_stages=3)), (32, C(tile=32, num_warps=2)), (64, C(num_stages=3)), (16, C(split=1024))]
+           (32, C(num_stages=3)), (32, C(tile=32, num_warps=2)), (64, C(num_stages=3)), (16, C(split=1024)),
+           (32, C(split=128)), (32, C(split=64, tile=32)), (32, None)]  # None: config_for's choice for the rows
 
 
 def graph_ms(fn, reps: int = 50) -> float:
@@ -75,18 +78,34 @@ def paged(q: torch.Tensor, lens: torch.Tensor, block_size: int, gen: torch.Gener
     return k, torch.randn_like(k), table.cuda()
 
 
+def add(rows_out: list[dict], r: dict) -> None:
+    """Keep a measured row and print it at once: a run cut short by its time limit keeps what it measured."""
+    rows_out.append(r)
+    err = "" if r["rel_err"] is None else f"{r['rel_err']:.1e}"
+    print(f"| {r['rows']} | {r['mean_len']:.0f} | {r['config']} | {r['ms']:.3f} | {r['floor_ms']:.3f} | "
+          f"{r['ms'] / r['floor_ms']:.2f} | {err} |", flush=True)
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out_json", nargs="?", type=Path)
+    ap.add_argument("--rows", default="128,256", help="comma-separated row counts")
+    args = ap.parse_args()
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     copy_bandwidth()  # the first measurement also brings the clocks up
     bandwidth = copy_bandwidth()
-    rows_out = []
-    for B in (128, 256):
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
+    print("| rows | mean len | candidate | ms | floor ms | × floor | rel L2 err |")
+    print("|---|---|---|---|---|---|---|")
+    rows_out: list[dict] = []
+    for B in (int(r) for r in args.rows.split(",")):
         lens = torch.randint(64, 2561, (B,), generator=gen).cuda()
         q = torch.randn(B, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         floor_ms = int(lens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2 / bandwidth * 1e3
-        rows_out.append({"rows": B, "config": "slot cache (matmul + mask)", "ms": slot_cache_ms(q, lens),
-                         "floor_ms": floor_ms, "mean_len": float(lens.float().mean()), "rel_err": None})
+        add(rows_out, {"rows": B, "config": "slot cache (matmul + mask)", "ms": slot_cache_ms(q, lens),
+                       "floor_ms": floor_ms, "mean_len": float(lens.float().mean()), "rel_err": None})
         for block_size, config in CONFIGS:
             k, v, table = paged(q, lens, block_size, gen)
             ref = paged_attention.reference(q.float(), k.float(), v.float(), table, lens, block_size)
@@ -94,19 +113,13 @@ def main() -> None:
             err = float((got.float() - ref).norm() / ref.norm())
             worst = float((got.float() - ref).abs().max())
             ms = graph_ms(lambda: paged_kernels.decode(q, k, v, table, lens, block_size, config))
-            rows_out.append({"rows": B, "config": f"paged block {block_size}, {config}",
-                             "ms": ms, "floor_ms": floor_ms, "mean_len": float(lens.float().mean()),
-                             "rel_err": err, "max_abs_err": worst})
-    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
-    print("| rows | mean len | candidate | ms | floor ms | × floor | rel L2 err |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows_out:
-        err = "" if r["rel_err"] is None else f"{r['rel_err']:.1e}"
-        print(f"| {r['rows']} | {r['mean_len']:.0f} | {r['config']} | {r['ms']:.3f} | {r['floor_ms']:.3f} | "
-              f"{r['ms'] / r['floor_ms']:.2f} | {err} |")
-    if len(sys.argv) > 1:
-        Path(sys.argv[1]).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                                                 "copy_bandwidth_Bps": bandwidth, "rows": rows_out}, indent=1))
+            chosen = config or paged_kernels.config_for(B, KV_HEADS, table.shape[1] * block_size, sms)
+            add(rows_out, {"rows": B, "config": f"paged block {block_size}, {'rule: ' * (config is None)}{chosen}",
+                           "ms": ms, "floor_ms": floor_ms, "mean_len": float(lens.float().mean()),
+                           "rel_err": err, "max_abs_err": worst})
+    if args.out_json:
+        args.out_json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                             "copy_bandwidth_Bps": bandwidth, "rows": rows_out}, indent=1))
 
 
 if __name__ == "__main__":

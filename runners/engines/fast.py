@@ -30,8 +30,9 @@ from runners.engines.paged_cache import PagedState
 from runners.engines.quant_layout import QUANT_DTYPES
 from runners.engines.ragged import Chunk, PackedPrefill, pack
 
-VERSION = "3"  # 2: one packed prefill (ragged attention) for static and continuous batches; 3: a static step reads
-# each row up to its position, not the whole cache (runners.spec.registry.decode_reads_whole_cache knows which)
+VERSION = "4"  # 2: one packed prefill (ragged attention) for static and continuous batches; 3: a static step reads
+# each row up to its position, not the whole cache (runners.spec.registry.decode_reads_whole_cache knows which);
+# 4: decode attention takes shorter spans for few rows (runners.engines.kernels.paged_kernels.config_for)
 PAD_ID = 0
 
 

@@ -102,7 +102,7 @@ def _merge(O, LENS, PO, PM, PL, so_b, so_h, spo_b, spo_h, spo_s, spm_b, spm_h,
 
 
 class Config(NamedTuple):
-    """Launch choices, measured on an H200 by bench/paged_attention.py."""
+    """Launch choices, measured on an H200 by bench/paged_attention.py (128 and 256 rows)."""
 
     split: int = 512  # tokens per split-K span
     tile: int = 64  # tokens per loop iteration
@@ -110,14 +110,35 @@ class Config(NamedTuple):
     num_stages: int = 2
 
 
+SHORTEST_SPLIT = 128  # 64-token spans measured no faster at 1–4 rows on an H100 (docs/benchmarks.md)
+PROGRAMS_PER_SM = 4  # at 4 rows 192 programs on 132 SMs took 31 % longer than 672; at 16, 768 matched 2 688
+
+
+def config_for(rows: int, kv_heads: int, positions: int, sms: int) -> Config:
+    """The default launch, its span halved (down to SHORTEST_SPLIT) while rows × KV heads × spans gives the
+    GPU fewer than PROGRAMS_PER_SM programs an SM. Why: one row's 8 KV heads over a 2 624-position cache in
+    512-token spans are 48 programs on 132 SMs, and fast 3's batch-1 step took 4 % longer than this launch's
+    (docs/benchmarks.md). The count uses the cache's positions, not the rows' lengths: one captured graph
+    serves every length."""
+    split = Config().split
+    while split > SHORTEST_SPLIT and rows * kv_heads * triton.cdiv(positions, split) < PROGRAMS_PER_SM * sms:
+        split //= 2
+    return Config(split=split)
+
+
 def decode(q: Tensor, k_pool: Tensor, v_pool: Tensor, table: Tensor, lens: Tensor, block_size: int,
-           config: Config = Config()) -> Tensor:
-    """q [B, heads, D]; pools [rows, kv_heads, D]; table [B, max_blocks] int32; lens [B]. Returns [B, heads, D]."""
+           config: Config | None = None) -> Tensor:
+    """q [B, heads, D]; pools [rows, kv_heads, D]; table [B, max_blocks] int32; lens [B]. Returns [B, heads, D].
+    Without a config, config_for picks the launch for these rows on this GPU."""
     B, heads, D = q.shape
     kv_heads = k_pool.shape[1]
     group = heads // kv_heads
+    positions = table.shape[1] * block_size
+    if config is None:
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 1
+        config = config_for(B, kv_heads, positions, sms)
     split = config.split
-    spans = triton.cdiv(table.shape[1] * block_size, split)
+    spans = triton.cdiv(positions, split)
     q = q.contiguous()
     partial_o = torch.empty(B, heads, spans, D, dtype=torch.float32, device=q.device)
     partial_m = torch.empty(B, heads, spans, dtype=torch.float32, device=q.device)
