@@ -110,7 +110,7 @@ class Config(NamedTuple):
     num_stages: int = 2
 
 
-SHORTEST_SPLIT = 128  # 64-token spans measured no faster at 1–4 rows on an H100 (docs/benchmarks.md)
+SHORTEST_SPLIT = 128  # 64-token spans measured within 1 µs of 128 at 1–4 rows on an H100 (docs/benchmarks.md)
 PROGRAMS_PER_SM = 4  # at 4 rows 192 programs on 132 SMs took 31 % longer than 672; at 16, 768 matched 2 688
 
 
