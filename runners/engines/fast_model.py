@@ -21,10 +21,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from runners.engines import ragged
-from runners.engines.kernels.paged_attention import flat_index, paged_decode_attention
+from runners.engines.kernels.paged_attention import paged_decode_attention
 from runners.engines.kernels.quant import QuantWeight, linear
 from runners.engines.kv_layout import KV_BLOCK_SIZE
-from runners.engines.paged_cache import PagedState, new_paged_state
+from runners.engines.paged_cache import BlockPool, PagedState, new_paged_state
 from runners.engines.ragged import PackedPrefill
 
 
@@ -41,7 +41,7 @@ class LayerWeights:
 
 
 @dataclass
-class DecodeState:
+class DecodeState(BlockPool):
     """Static buffers of one batch shape; a captured decode step reads and advances only these.
 
     The KV cache is slot-major: slot b holds positions 0 … max_len - 1 in rows b × max_len onwards of a
@@ -50,28 +50,12 @@ class DecodeState:
     sequence starts at position 0 of its slot, so a scheduler can put any request in any slot.
     """
 
-    k: list[Tensor]  # per layer [slots × max_len, kv_heads, head_dim]
-    v: list[Tensor]
-    table: Tensor  # [slots, max_len // block_size] int32: slot b's blocks, b × columns onwards, in order
-    block_size: int
     tokens: Tensor  # [slots] the token each row feeds into the next step
     pos: Tensor  # [slots] that token's position: its rotary position and where its K/V is written
     rows: Tensor  # arange(slots)
     out: Tensor  # [slots, max_output_len] generated ids
     step: Tensor  # [1] column of `out` the next step writes
     active: Tensor  # [slots] 1 where a row advances its position (every row of a static batch, once prefilled)
-
-    @property
-    def kv_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
-
-    @property
-    def max_len(self) -> int:
-        return self.table.shape[1] * self.block_size
-
-    def index(self, slot: Tensor, pos: Tensor) -> Tensor:
-        """Pool rows of the given (slot, position) pairs."""
-        return flat_index(self.table, slot, pos, self.block_size)
 
 
 def _fuse_rows(params: list[torch.nn.Parameter]) -> Tensor:

@@ -21,7 +21,30 @@ from runners.engines.kernels.paged_attention import flat_index
 
 
 @dataclass
-class PagedState:
+class BlockPool:
+    """Per-layer K/V pools addressed through a block table: what every decode state shares, whether its
+    table hands each slot contiguous rows (the static engine's `DecodeState`) or blocks from a pool."""
+
+    k: list[Tensor]  # per layer [blocks × block_size, kv_heads, head_dim]
+    v: list[Tensor]
+    table: Tensor  # [rows, max_blocks] int32: pool block of each block-sized run of a row's positions
+    block_size: int
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    @property
+    def max_len(self) -> int:
+        return self.table.shape[1] * self.block_size
+
+    def index(self, slot: Tensor, pos: Tensor) -> Tensor:
+        """Pool rows of the given (slot, position) pairs: one flat index, for writes and gathers alike."""
+        return flat_index(self.table, slot, pos, self.block_size)
+
+
+@dataclass
+class PagedState(BlockPool):
     """Static buffers over one block pool; a captured decode step reads and advances only these.
 
     Per-slot buffers have one row more than the scheduler's slots: the parking row, never active, whose
@@ -29,10 +52,6 @@ class PagedState:
     to its width with the parking row, so its width follows the number of decoding rows, not the highest
     slot they hold (a request's K/V live in its blocks, not in its slot's position)."""
 
-    k: list[Tensor]  # per layer [blocks × block_size, kv_heads, head_dim]
-    v: list[Tensor]
-    table: Tensor  # [slots + 1, max_blocks] int32: pool block of each block-sized run of a slot's positions
-    block_size: int
     tokens: Tensor  # [slots + 1] the token each row feeds into the next step
     pos: Tensor  # [slots + 1] that token's position
     out: Tensor  # [slots + 1, 1] the latest generated id
@@ -43,14 +62,6 @@ class PagedState:
     sel_out: Tensor  # [width, 1] the step's ids before they go back to their slots
 
     @property
-    def kv_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
-
-    @property
-    def max_len(self) -> int:
-        return self.table.shape[1] * self.block_size
-
-    @property
     def blocks(self) -> int:
         return self.k[0].shape[0] // self.block_size
 
@@ -58,10 +69,6 @@ class PagedState:
     def parking(self) -> int:
         """The parking row's index, one past the last slot."""
         return self.tokens.numel() - 1
-
-    def index(self, slot: Tensor, pos: Tensor) -> Tensor:
-        """Pool rows of the given (slot, position) pairs: one flat index, for writes and gathers alike."""
-        return flat_index(self.table, slot, pos, self.block_size)
 
     def selection(self, width: int) -> PagedState:
         """The same buffers with a `sel` of `width` rows (all parked until the engine fills it)."""
