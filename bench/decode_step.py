@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine import matmul_params  # noqa: E402  (bench/engine.py)
 from runners.engines.continuous import ContinuousEngine  # noqa: E402
 from runners.engines.fast import FastEngine  # noqa: E402
-from runners.engines.kernels.quant_kernels import replay_ms  # noqa: E402
+from runners.engines.kernels.quant_kernels import replay_times_ms  # noqa: E402
 from runners.engines.models import load  # noqa: E402
 from runners.telemetry.calibrate import calibrate  # noqa: E402
 from runners.workload import distributions  # noqa: E402
@@ -95,7 +95,7 @@ def main() -> None:
     graph = engine.captured[args.rows]
     with torch.compiler.set_stance("fail_on_recompile"):
         graph.replay()
-        times = replay_ms(graph, REPLAYS)
+        times = replay_times_ms(graph, REPLAYS)
         split = kernel_split(graph)
     info, bw, peak = loaded.info, calib["copy_bytes_per_s"], calib["matmul_flops_per_s"]
     kv_bytes = sum(n + 1 for n in lengths) * info.kv_bytes_per_token

@@ -100,11 +100,12 @@ def graph_replay_ms(fn: Callable[[], object], replays: int) -> list[float]:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return replay_ms(graph, replays)
+    return replay_times_ms(graph, replays)
 
 
-def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> list[float]:
-    """ms of each of `replays` replays of a captured graph, each timed alone by CUDA events."""
+def replay_times_ms(graph: torch.cuda.CUDAGraph, replays: int) -> list[float]:
+    """ms of each of `replays` replays of a captured graph, each timed alone by CUDA events (`fast.replay_ms`
+    is the decode step's: it resets the rows' positions before each replay and returns the median)."""
     times = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
