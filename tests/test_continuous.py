@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,11 +21,14 @@ from runners.engines.fast import FastEngine
 from runners.engines.kv_layout import KV_BLOCK_SIZE
 from runners.engines.models import load
 from runners.engines.scheduler import Arrivals, BlockPool, Request, Scheduler
+from runners.results.runfolder import write_parquet
 from runners.spec import problems, validate
 from runners.spec.continuous import points, requests_per_point
 from tests.runner_helpers import run_runner
 
 BIG = 10**9
+REPO = Path(__file__).resolve().parents[1]
+DECODE_COLUMNS = ("decode_step_ms", "decode_step_ms_p95", "active_seqs_mean", "active_tokens_mean", "active_tokens_max")
 
 
 @pytest.fixture(scope="module")
@@ -325,15 +332,23 @@ def test_chart_axis_title_names_the_batch_limit_of_each_run_kind() -> None:
     assert axis_title(pd.DataFrame({"sweep_axis": ["concurrency"]})) == "concurrency (log2)"
 
 
-def test_requests_per_client_serves_the_first_of_the_same_workload_at_each_concurrency(tmp_path: Path) -> None:
-    """Two clients' worth per client: 1 client serves the workload's first 2 requests, 3 clients all 5 (not 6)."""
-    out = tmp_path / "per-client"
+@pytest.fixture(scope="module")
+def closed_loop(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A closed loop of 1 and 3 clients with two requests each, over a workload of 5 requests."""
+    out = tmp_path_factory.mktemp("closed-loop") / "per-client"
     proc = run_runner(out, "--model", "tiny", "--dtype", "float32", "--device", "cpu", "--engine", "fast",
                       "--mode", "continuous", "--max-num-seqs", "4", "--concurrency", "1,3", "--requests-per-client",
                       "2", "--num-requests", "5", "--prompt-len", "uniform:4:40", "--output-len", "uniform:1:6",
                       "--repeats", "2", "--warmup", "0", "--target-interval", "0", "--replays", "0", "--no-calibrate",
                       timeout=300)
     assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_requests_per_client_serves_the_first_of_the_same_workload_at_each_concurrency(closed_loop: Path,
+                                                                                         tmp_path: Path) -> None:
+    """Two clients' worth per client: 1 client serves the workload's first 2 requests, 3 clients all 5 (not 6)."""
+    out = closed_loop
     served = {}
     for index, clients in enumerate((1, 3)):
         requests = pq.read_table(out / "points" / f"p{index:04d}.requests.parquet").to_pandas()
@@ -359,8 +374,43 @@ def test_requests_per_client_serves_the_first_of_the_same_workload_at_each_concu
     summary = pq.read_table(out / "points" / "p0001.summary.parquet").to_pylist()[0]
     assert summary["latency_requests"] == len(counted) == 2 * 2 and summary["requests"] == 5 * 2
     assert summary["ttft_ms_p50"] == pytest.approx(counted["ttft_ms"].median())
-    assert json.loads((out / "env.json").read_text())["latency_basis"] == "arrivals in the load window"
+    env = json.loads((out / "env.json").read_text())
+    assert env["latency_basis"] == "arrivals in the load window"
+    # its decode step and active rows are over the decode-only steps that ended inside that window
+    window = repeats[["repeat", "loaded_start_ms", "loaded_end_ms"]]
+    steps = pq.read_table(out / "points" / "p0001.steps.parquet").to_pandas().merge(window, on="repeat")
+    end = steps["start_ms"] + steps["duration_ms"]
+    inside = steps[(steps["phase"] == "decode") & (end > steps["loaded_start_ms"]) & (end <= steps["loaded_end_ms"])]
+    assert 0 < len(inside) < (steps["phase"] == "decode").sum()  # the drain's decode-only steps are left out
+    assert summary["decode_step_ms"] == pytest.approx(inside["duration_ms"].median())
+    assert summary["active_tokens_mean"] == pytest.approx(inside["active_tokens"].mean())
+    assert env["step_basis"] == "decode-only steps that ended in the load window"
     with Store(tmp_path / "history.duckdb") as store:  # the trust checks count the same requests
         ingest_run(store, out)
         evidence = store.point_evidence(out.name).set_index("point_index")
     assert (evidence.loc[1, "latency_requests"], evidence.loc[1, "requests"]) == (4, 10)
+
+
+def test_bench_step_basis_gives_a_run_made_before_it_what_the_runner_now_writes(closed_loop: Path,
+                                                                               tmp_path: Path) -> None:
+    # the shipped clients run was re-derived by bench/step_basis.py: on a run whose five columns and env.json's
+    # step_basis are taken away, as a run made before, it must write back what the runner wrote
+    made_before = tmp_path / closed_loop.name
+    shutil.copytree(closed_loop, made_before)
+    env = json.loads((made_before / "env.json").read_text())
+    (made_before / "env.json").write_text(json.dumps({k: v for k, v in env.items() if k != "step_basis"}))
+    written = {}
+    for file in sorted((made_before / "points").glob("*.summary.parquet")):
+        table = pq.read_table(file)
+        written[file.name] = table.to_pylist()[0]
+        write_parquet(file, [{**written[file.name], **dict.fromkeys(DECODE_COLUMNS)}], table.schema)
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "step_basis.py"), str(made_before)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(done.stdout.splitlines()) == len(written) == 2
+    for name, row in written.items():
+        again = pq.read_table(made_before / "points" / name).to_pylist()[0]
+        assert {k: again[k] for k in DECODE_COLUMNS} == pytest.approx({k: row[k] for k in DECODE_COLUMNS})
+        assert {k: v for k, v in again.items() if k not in DECODE_COLUMNS} == {
+            k: v for k, v in row.items() if k not in DECODE_COLUMNS}
+    assert json.loads((made_before / "env.json").read_text()) == env

@@ -7,7 +7,7 @@ import pytest
 from runners.engines.continuous import RunResult, StepRecord
 from runners.engines.scheduler import Request
 from runners.metrics.continuous import continuous_repeat, summarise
-from runners.metrics.loaded import counts, loaded
+from runners.metrics.loaded import counts, loaded, step_counts
 from runners.metrics.repeat import repeat_row
 
 
@@ -75,3 +75,44 @@ def test_a_closed_loops_first_round_is_left_out_of_its_latency_percentiles() -> 
     assert point["itl_ms_p95"] == pytest.approx(10.0) and point["queue_ms_p95"] == pytest.approx(0.0)
     assert point["e2e_ms_p50"] == pytest.approx(35.0)  # 30 and 40 ms; the first round's 40 and 60 left out
     assert point["prompt_len_mean"] == 16 and point["output_len_mean"] == pytest.approx(13 / 4)  # lengths: all
+
+
+def test_a_continuous_points_decode_step_and_its_rows_are_the_windows_decode_only_steps() -> None:
+    # two clients, two requests each (the window is (10, 60] as above); steps of 10 ms, then the drain: request 3
+    # alone for 40 ms at 5 ms a step. Steps by end: 10 prefill; 20, 30 decode (2 rows); 40 decode (2 rows);
+    # 50 mixed; 60 decode (2 rows); then 65…100 decode with 1 row: eight drain steps that outnumber the five
+    # decode-only steps under the load, so a median over every decode-only step would read 5 ms, the drain's.
+    def request(index: int, arrival: float, tokens: list[float]) -> Request:
+        return Request(index, 16, len(tokens), client=index % 2, arrival_s=arrival / 1e3, admit_s=arrival / 1e3,
+                       token_s=[t / 1e3 for t in tokens])
+
+    def step(start: float, end: float, prefill: int, decode: int, running: int, kv: int) -> StepRecord:
+        return StepRecord(start / 1e3, end / 1e3, prefill, decode, max(decode, 1), running, kv, 4, 0)
+
+    under_load = [step(10, 20, 0, 2, 2, 40), step(20, 30, 0, 2, 2, 42), step(30, 40, 0, 2, 2, 44),
+                  step(50, 60, 0, 2, 2, 50)]
+    drain = [step(60 + 5 * k, 65 + 5 * k, 0, 1, 1, 20 + k) for k in range(8)]
+    result = RunResult(
+        requests=[request(0, 0.0, [10.0, 20.0, 30.0, 40.0]), request(1, 0.0, [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]),
+                  request(2, 40.0, [50.0, 60.0]), request(3, 60.0, [65.0 + 5 * k for k in range(8)])],
+        steps=[step(0, 10, 32, 0, 2, 32), *under_load[:3], step(40, 50, 16, 2, 3, 62), under_load[3], *drain],
+        admission_waits=0, preemptions=0)
+    rep = continuous_repeat(0, 0, 2, result, "ttft", 1000.0)
+    assert (rep.load.start_ms, rep.load.end_ms) == (10.0, 60.0)
+    point = summarise(0, 2, [rep], 0, pool_blocks=8, block_size=16, slo_metric="ttft", slo_ms=1000.0).row()
+    # the decode-only steps ending at 20, 30, 40 and 60 ms: 10 ms each, 2 rows, 40 + 42 + 44 + 50 KV tokens
+    assert point["decode_step_ms"] == pytest.approx(10.0) and point["decode_step_ms_p95"] == pytest.approx(10.0)
+    assert point["active_seqs_mean"] == pytest.approx(2.0)
+    assert point["active_tokens_mean"] == pytest.approx(44.0) and point["active_tokens_max"] == 50
+    assert point["kv_occupancy_max"] == pytest.approx(62 / 128)  # the pool's occupancy stays over every step
+    # a load sent at once has no window: every decode-only step is the load's
+    rep.load = None
+    whole = summarise(0, 2, [rep], 0, pool_blocks=8, block_size=16, slo_metric="ttft", slo_ms=1000.0).row()
+    assert whole["decode_step_ms"] == pytest.approx(5.0) and whole["active_seqs_mean"] == pytest.approx(16 / 12)
+
+
+def test_a_step_counts_when_it_ended_inside_the_window_as_its_tokens_do() -> None:
+    load = loaded([0.0, 60.0], [[10.0, 60.0], [70.0]])  # (10, 60]
+    ends = [(0.0, 10.0), (5.0, 10.0), (50.0, 10.0), (55.0, 10.0)]  # ending at 10, 15, 60, 65 ms
+    assert [step_counts({"start_ms": s, "duration_ms": d}, load) for s, d in ends] == [False, True, True, False]
+    assert step_counts({"start_ms": 500.0, "duration_ms": 1.0}, None)

@@ -111,6 +111,17 @@ def test_analyse_reports_ridge_and_roofline_columns() -> None:
     assert "Ridge batch ≈ 1 000 (at 0 cached tokens per row)" in result.notes[0]
 
 
+def test_a_step_shorter_than_its_floor_is_named_in_a_note() -> None:
+    # batch 1 and 2 at 0 cached tokens: floor 2 ms (as above); batch 4 decodes in 1.9 ms, under it
+    points = make_points([1, 2, 4], [100, 190, 200], active_seqs_mean=[1, 2, 4], active_tokens_mean=[0, 0, 0],
+                         decode_step_ms=[2.5, 2.0, 1.9], prompt_len_mean=[0.0] * 3, output_len_mean=[1.0] * 3,
+                         prefill_padding_waste=[0.0] * 3, prefill_ms=[3.0] * 3)
+    notes = [n for n in analyse(points, MODEL, CEILINGS).notes if "shorter than its roofline floor" in n]
+    assert len(notes) == 1 and notes[0].startswith("At batch 4 the measured decode step")  # 2.0 ms is the floor itself
+    fine = points.assign(decode_step_ms=[2.5, 2.5, 2.6])
+    assert not any("shorter than its roofline floor" in n for n in analyse(fine, MODEL, CEILINGS).notes)
+
+
 def test_no_roofline_without_calibration() -> None:
     result = analyse(make_points([1, 2], [100, 150]), MODEL, None)
     assert result.ridge_batch is None

@@ -108,6 +108,13 @@ def _roofline(points: pd.DataFrame, curve: pd.DataFrame, model: dict | None, cal
         notes.append(f"This run has no {missing}, so no roofline is drawn.")
         return points.assign(**{c: np.nan for c in ROOFLINE_COLUMNS}), None
     table = roofline_table(points, model, calibration)
+    beaten = table[table["step_ratio"] < 1.0]
+    if not beaten.empty:
+        notes.append(f"At {', '.join(axis.at(x) for x in sweep_x(beaten))} the measured decode step is shorter than "
+                     f"its roofline floor, which no step can be: the floor's inputs (the calibrated bandwidth, the "
+                     f"rows and KV tokens the point records) do not describe the steps that were timed. A continuous "
+                     f"run made before its decode step was taken over the load window reads so (docs/design.md, "
+                     f"\"A continuous point's decode step\").")
     if axis.key != "batch_size":
         notes.append(f"Along {axis.noun} the roofline floors each point's decode step at its mean active rows; "
                      f"an online-serving point's throughput follows its arrivals, so none is predicted.")

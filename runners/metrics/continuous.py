@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from runners.engines.continuous import RunResult
 from runners.metrics import summary
-from runners.metrics.loaded import loaded
+from runners.metrics.loaded import Loaded, loaded, step_counts
 from runners.metrics.repeat import Repeat, repeat_row, request_row
 from runners.metrics.stats import percentile
 from runners.results.schemas import PERCENTILES
@@ -16,6 +16,7 @@ from runners.results.schemas import PERCENTILES
 
 @dataclass
 class ContinuousRepeat(Repeat):
+    load: Loaded | None  # the load window (None: a load sent at once, the whole wall is the load's)
     goodput_rps: float  # requests meeting the SLO ÷ wall time
     admission_waits: int  # steps in which the queue's head waited only for KV blocks
     preemptions: int  # requests preempted (and later recomputed) when the pool ran out
@@ -52,18 +53,20 @@ def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: Ru
                      sum(s["duration_ms"] for s in steps if not s["prefill_tokens"]),
                      sum(r.output_len for r in result.requests), sum(r.prompt_len for r in result.requests),
                      len(result.requests), load)
-    return ContinuousRepeat(requests, steps, row, itl, met / (wall_ms / 1e3), result.admission_waits,
+    return ContinuousRepeat(requests, steps, row, itl, load, met / (wall_ms / 1e3), result.admission_waits,
                             result.preemptions)
 
 
 def summarise(point_index: int, batch_size: int, repeats: Sequence[ContinuousRepeat], warmup: int,
               pool_blocks: int, block_size: int, slo_metric: str, slo_ms: float) -> summary.Summary:
     """The base summary (latencies over the requests that count, loaded.counts); prefill_ms is the median
-    time of steps that carried prefill, active rows and KV occupancy (tokens held over the pool's tokens) are
-    over all steps, and the host's clock times every step (after a device sync)."""
+    time of steps that carried prefill; the decode step and its active rows are over the decode-only steps
+    that ended in the load window (loaded.step_counts); KV occupancy (tokens held over the pool's tokens) is
+    over all steps; the host's clock times every step (after a device sync)."""
     out = summary.base(point_index, batch_size, repeats, warmup, "perf_counter")
     counted = summary.counted(repeats)
     steps = [s for rep in repeats for s in rep.steps]
+    loaded_decode = [s for rep in repeats for s in rep.steps if s["phase"] == "decode" and step_counts(s, rep.load)]
     rows_run = sum(s["batch_rows"] for s in steps)
     kv_capacity = pool_blocks * block_size
     occupancy = [s["active_tokens"] / kv_capacity for s in steps]
@@ -71,7 +74,7 @@ def summarise(point_index: int, batch_size: int, repeats: Sequence[ContinuousRep
         prefill_ms=percentile([s["duration_ms"] for s in steps if s["prefill_tokens"]], 50),
         prefill_padding_waste=0.0,  # one request per prefill: nothing is padded
         decode_padding_waste=1.0 - sum(s["decode_tokens"] for s in steps) / rows_run if rows_run else 0.0,
-        **summary.active(steps),
+        **summary.decode(loaded_decode),
         goodput_rps=statistics.median(rep.goodput_rps for rep in repeats),
         goodput_slo=f"{slo_metric}<={slo_ms:g}ms", kv_capacity_tokens=kv_capacity,
         kv_occupancy_mean=statistics.fmean(occupancy), kv_occupancy_max=max(occupancy),

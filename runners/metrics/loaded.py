@@ -13,17 +13,24 @@ the whole first round: every client sends at the repeat's start, so C requests q
 H200 (8B, 512 clients, two requests each) that round's P95 TTFT was 8.7 s against 131 ms for the second round,
 and with two rounds the point's P95 was the first round's: a synchronised start, not the steady load. The same
 reason as GuideLLM's warm-up share, with its edge set by the load rather than by a fraction.
+
+A continuous point's decode step, and the active rows and KV tokens its roofline floor is computed from, are
+over its decode-only steps that ended inside the window (`step_counts`): the steps whose tokens the throughput
+counts, at the load the point is labelled with.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # What a continuous or endpoint run's throughput is rated over, in its env.json (`throughput_basis`): a run made
 # before this rated the whole wall and records none, so the regression check never compares the two.
 BASIS = "load window"
 # What its latency percentiles count, in env.json (`latency_basis`): a run made before this counted every request.
 LATENCY_BASIS = "arrivals in the load window"
+# What a continuous run's decode step and active rows are over, in env.json (`step_basis`): a run made before this
+# took the decode step over every decode-only step, the drain's included, and the active rows over every step.
+STEP_BASIS = "decode-only steps that ended in the load window"
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,10 @@ class Loaded:
     def output_tokens_per_s(self) -> float:
         return self.output_tokens / (self.ms / 1e3)
 
+    def made_inside(self, t_ms: float) -> bool:
+        """Whether a token made (or a step ended) at t_ms is the window's: after its start, up to its end."""
+        return self.start_ms < t_ms <= self.end_ms
+
 
 def loaded(arrivals_ms: Sequence[float], token_ms: Sequence[Sequence[float]]) -> Loaded | None:
     """Tokens made after the first token and up to the last arrival (a token made at that moment counts):
@@ -52,12 +63,21 @@ def loaded(arrivals_ms: Sequence[float], token_ms: Sequence[Sequence[float]]) ->
     firsts = [times[0] for times in token_ms if times]
     if not arrivals_ms or not firsts:
         return None
-    start, end = min(firsts), max(arrivals_ms)
-    made = sum(start < t <= end for times in token_ms for t in times)  # none when end <= start
-    return Loaded(start, end, made) if made else None
+    window = Loaded(min(firsts), max(arrivals_ms), 0)
+    made = sum(window.made_inside(t) for times in token_ms for t in times)  # none when end <= start
+    return replace(window, output_tokens=made) if made else None
 
 
 def counts(arrival_ms: float, load: Loaded | None) -> bool:
     """Whether a request's latency counts in its point's percentiles: it arrived inside the load window (ends
     included), or its repeat has no window (a load sent at once: then every request is the load)."""
     return load is None or load.start_ms <= arrival_ms <= load.end_ms
+
+
+def step_counts(step: dict, load: Loaded | None) -> bool:
+    """Whether a step's time counts in its point's decode step: it ended inside the load window, as the tokens
+    the throughput counts did, or its repeat has no window. A closed loop drains after its last arrival with
+    ever fewer rows in flight, and under the load most steps carry a prefill chunk: at 512 clients on an
+    H200, 487 of 5 356 decode-only steps ended under the load (docs/design.md, "A continuous point's decode
+    step"), so a median over all of them read the drain."""
+    return load is None or load.made_inside(step["start_ms"] + step["duration_ms"])

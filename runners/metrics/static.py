@@ -54,14 +54,14 @@ def static_repeat(point_index: int, repeat: int, batch: Batch, gen: Generation) 
 
 
 def summarise(point_index: int, batch_size: int, repeats: Sequence[StaticRepeat], warmup: int) -> summary.Summary:
-    """The base summary plus the prefill time of the batch, padding waste, active rows over decode steps,
-    and tensor-parallel communication."""
+    """The base summary plus the prefill time of the batch, padding waste, the decode step and its active rows
+    over every decode step (the batch is the load), and tensor-parallel communication."""
     out = summary.base(point_index, batch_size, repeats, warmup, repeats[0].gen.timing)
     decode_steps = [s for rep in repeats for s in rep.steps if s["phase"] == "decode"]
     out.update(prefill_ms=statistics.median(rep.row["prefill_ms"] for rep in repeats),
                prefill_padding_waste=statistics.fmean(rep.waste[0] for rep in repeats),
                decode_padding_waste=statistics.fmean(rep.waste[1] for rep in repeats),
-               **summary.active(decode_steps), **_comm(repeats))
+               **summary.decode(decode_steps), **_comm(repeats))
     return out
 
 

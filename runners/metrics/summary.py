@@ -50,18 +50,17 @@ def failed(point_index: int, batch_size: int, status: str, err: BaseException, w
 
 
 def base(point_index: int, batch_size: int, repeats: Sequence[Repeat], warmup: int, timing: str) -> Summary:
-    """The columns every mode computes alike: request lengths, decode-step time, rates over repeats,
-    TTFT/ITL/E2E percentiles over the requests whose latency counts (`counted`), and outlier steps."""
+    """The columns every mode computes alike: request lengths, rates over repeats, TTFT/ITL/E2E percentiles
+    over the requests whose latency counts (`counted`), and outlier steps. Which steps are the point's decode
+    steps is each mode's to say (`decode`)."""
     requests = [r for rep in repeats for r in rep.requests]
     latency = counted(repeats)
-    steps = [s for rep in repeats for s in rep.steps]
-    step_ms = [s["duration_ms"] for s in steps if s["phase"] == "decode"]
     summary = Summary(
         point_index=point_index, batch_size=batch_size, status="ok", error=None, repeats=len(repeats),
         warmup=warmup, prompt_len_mean=statistics.fmean(r["prompt_len"] for r in requests),
         output_len_mean=statistics.fmean(r["output_len"] for r in requests),
-        decode_step_ms=percentile(step_ms, 50), decode_step_ms_p95=percentile(step_ms, 95),
-        timing=timing, outlier_steps=outlier_steps(steps), latency_requests=len(latency),
+        timing=timing, outlier_steps=outlier_steps([s for rep in repeats for s in rep.steps]),
+        latency_requests=len(latency),
         **_rates([rep.row for rep in repeats]))
     itl = [x for rep in repeats for x in rep.itl]
     for p in PERCENTILES:
@@ -90,8 +89,12 @@ def _rates(rows: list[Row]) -> dict[str, float]:
     }
 
 
-def active(steps: list[Row]) -> dict[str, float | None]:
-    """Rows still generating and KV tokens they hold, over the given steps."""
-    return {"active_seqs_mean": statistics.fmean(s["active_seqs"] for s in steps) if steps else None,
+def decode(steps: list[Row]) -> dict[str, float | None]:
+    """The decode step's time (median, P95) and the rows still generating and KV tokens they hold, over the same
+    steps: the roofline floors that time with the bytes those rows read (batchscope.analysis.roofline), so a
+    floor taken over other steps than the time can read above the time it bounds."""
+    step_ms = [s["duration_ms"] for s in steps]
+    return {"decode_step_ms": percentile(step_ms, 50), "decode_step_ms_p95": percentile(step_ms, 95),
+            "active_seqs_mean": statistics.fmean(s["active_seqs"] for s in steps) if steps else None,
             "active_tokens_mean": statistics.fmean(s["active_tokens"] for s in steps) if steps else None,
             "active_tokens_max": max((s["active_tokens"] for s in steps), default=None)}

@@ -60,7 +60,7 @@ def collect(device: torch.device, engine_version: str, tensor_parallel: int = 1,
         "gpu": None, "gpu_memory_bytes": None, "driver": None, "gpu_count": torch.cuda.device_count(),
         "compute_capability": None, "nvml": pynvml is not None, "tensor_parallel": tensor_parallel,
         "replicas": replicas, "topology": topology(), "throughput_basis": loaded.BASIS,
-        "latency_basis": loaded.LATENCY_BASIS,
+        "latency_basis": loaded.LATENCY_BASIS, "step_basis": loaded.STEP_BASIS,
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
