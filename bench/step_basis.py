@@ -18,17 +18,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from runners.metrics.loaded import STEP_BASIS, Loaded, step_counts  # noqa: E402
+from runners.metrics.loaded import STEP_BASIS, from_row, step_counts  # noqa: E402
 from runners.metrics.summary import decode  # noqa: E402
 from runners.results.runfolder import write_parquet  # noqa: E402
-
-
-def windows(repeats: list[dict]) -> dict[int, Loaded | None] | None:
-    """Each repeat's load window, None for a repeat without one; None for a run that recorded no windows."""
-    if not repeats or "loaded_start_ms" not in repeats[0]:
-        return None
-    return {r["repeat"]: None if r["loaded_start_ms"] is None
-            else Loaded(r["loaded_start_ms"], r["loaded_end_ms"], r["loaded_output_tokens"]) for r in repeats}
 
 
 def _cell(value: float | None) -> str:
@@ -48,9 +40,10 @@ def rederive(run: Path, write: bool) -> list[str]:
         if summary["status"] != "ok" or summary["sweep_axis"] is None:
             continue
         stem = file.name.split(".")[0]
-        load = windows(pq.read_table(run / "points" / f"{stem}.repeats.parquet").to_pylist())
-        if load is None:
+        repeats = pq.read_table(run / "points" / f"{stem}.repeats.parquet").to_pylist()
+        if "loaded_start_ms" not in repeats[0]:
             return [f"{run.name}: no load windows recorded; left as made"]
+        load = {r["repeat"]: from_row(r) for r in repeats}
         steps = pq.read_table(run / "points" / f"{stem}.steps.parquet").to_pylist()
         after = decode([s for s in steps if s["phase"] == "decode" and step_counts(s, load[s["repeat"]])])
         lines.append(f"{run.name} {summary['sweep_axis']} {summary['sweep_value']:g}: "

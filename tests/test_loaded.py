@@ -98,7 +98,7 @@ def test_a_continuous_points_decode_step_and_its_rows_are_the_windows_decode_onl
         steps=[step(0, 10, 32, 0, 2, 32), *under_load[:3], step(40, 50, 16, 2, 3, 62), under_load[3], *drain],
         admission_waits=0, preemptions=0)
     rep = continuous_repeat(0, 0, 2, result, "ttft", 1000.0)
-    assert (rep.load.start_ms, rep.load.end_ms) == (10.0, 60.0)
+    assert (rep.row["loaded_start_ms"], rep.row["loaded_end_ms"]) == (10.0, 60.0)
     point = summarise(0, 2, [rep], 0, pool_blocks=8, block_size=16, slo_metric="ttft", slo_ms=1000.0).row()
     # the decode-only steps ending at 20, 30, 40 and 60 ms: 10 ms each, 2 rows, 40 + 42 + 44 + 50 KV tokens
     assert point["decode_step_ms"] == pytest.approx(10.0) and point["decode_step_ms_p95"] == pytest.approx(10.0)
@@ -106,7 +106,7 @@ def test_a_continuous_points_decode_step_and_its_rows_are_the_windows_decode_onl
     assert point["active_tokens_mean"] == pytest.approx(44.0) and point["active_tokens_max"] == 50
     assert point["kv_occupancy_max"] == pytest.approx(62 / 128)  # the pool's occupancy stays over every step
     # a load sent at once has no window: every decode-only step is the load's
-    rep.load = None
+    rep.row.update(loaded_start_ms=None, loaded_end_ms=None, loaded_output_tokens=None)
     whole = summarise(0, 2, [rep], 0, pool_blocks=8, block_size=16, slo_metric="ttft", slo_ms=1000.0).row()
     assert whole["decode_step_ms"] == pytest.approx(5.0) and whole["active_seqs_mean"] == pytest.approx(16 / 12)
 

@@ -9,10 +9,13 @@ WINDOW = [Window(0, 100.0, 100.5, 102.0)]  # repeat 0 ran from host time 100 s t
 POINT, TOKENS = 3, 40  # point 3 produced 40 output tokens in its measured repeats
 
 
-def sample(point: int, stage: str, repeat: int, phase: str, power: float, util: float, gpu: int | None = None):
+def sample(point: int, stage: str, repeat: int, phase: str, power: float, util: float, gpu: int | None = None,
+           loaded: bool | None = None):
+    """A tagged sample; inside a repeat it is the load's unless told (a repeat without a load window)."""
     row = dict.fromkeys(UTIL_MEANS)
     row.update(point_index=point, stage=stage, repeat=repeat, phase=phase, power_w=power, gpu_util_pct=util,
-               cpu_pct=100.0, rss_bytes=1, source="proc,nvml", gpu_index=gpu)
+               cpu_pct=100.0, rss_bytes=1, source="proc,nvml", gpu_index=gpu,
+               loaded=repeat >= 0 if loaded is None else loaded)
     return row
 
 
@@ -55,6 +58,27 @@ def test_samples_are_tagged_by_repeat_window_and_first_token():
     rows = [{"host_t": t, "stage": "measure", "t_s": t} for t in (99.0, 100.2, 101.0, 103.0)]
     tagged = tag_samples(rows, WINDOW)
     assert [(r["repeat"], r["phase"]) for r in tagged] == [(-1, "idle"), (0, "prefill"), (0, "decode"), (-1, "idle")]
+    assert [r["loaded"] for r in tagged] == [False, True, True, False]  # a repeat with no load window is the load
+
+
+def test_a_repeats_load_window_goes_on_the_host_clock_and_its_samples_alone_make_the_means():
+    # repeat 0 from host time 100 s to 102 s; its row's load window is 250 → 1 500 ms from its start
+    row = {"loaded_start_ms": 250.0, "loaded_end_ms": 1500.0, "loaded_output_tokens": 30}
+    window = WINDOW[0].loaded(row)
+    assert window.load == (100.25, 101.5) and WINDOW[0].loaded({"loaded_start_ms": None}) == WINDOW[0]
+    rows = [{"host_t": t, "stage": "measure", "t_s": t} for t in (100.1, 100.3, 101.5, 101.8)]
+    assert [r["loaded"] for r in tag_samples(rows, [window])] == [False, True, True, False]
+    # 60 % util under the load, 20 % in the drain after it: the means are the load's, energy the whole repeat's
+    samples = [sample(3, "measure", 0, "decode", 500.0, 60.0, loaded=True),
+               sample(3, "measure", 0, "decode", 500.0, 60.0, loaded=True),
+               sample(3, "measure", 0, "decode", 200.0, 20.0, loaded=False)]
+    out = utilisation(samples, POINT, [window], TOKENS)
+    assert out["gpu_util_pct"] == pytest.approx(60.0) and out["gpu_util_pct_decode"] == pytest.approx(60.0)
+    assert out["power_w"] == pytest.approx(500.0)
+    assert out["energy_j"] == pytest.approx(400.0 * 2.0)  # (500 + 500 + 200) / 3 W over the repeat's 2 s
+    # a window too short to hold a sample: the repeat's samples stand in
+    drain_only = [sample(3, "measure", 0, "decode", 200.0, 20.0, loaded=False)]
+    assert utilisation(drain_only, POINT, [window], TOKENS)["gpu_util_pct"] == pytest.approx(20.0)
 
 
 def test_clock_range_reasons_and_processes_for_the_trust_checks():

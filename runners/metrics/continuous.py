@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from runners.engines.continuous import RunResult
 from runners.metrics import summary
-from runners.metrics.loaded import Loaded, loaded, step_counts
+from runners.metrics.loaded import from_row, loaded, step_counts
 from runners.metrics.repeat import Repeat, repeat_row, request_row
 from runners.metrics.stats import percentile
 from runners.results.schemas import PERCENTILES
@@ -16,7 +16,6 @@ from runners.results.schemas import PERCENTILES
 
 @dataclass
 class ContinuousRepeat(Repeat):
-    load: Loaded | None  # the load window (None: a load sent at once, the whole wall is the load's)
     goodput_rps: float  # requests meeting the SLO ÷ wall time
     admission_waits: int  # steps in which the queue's head waited only for KV blocks
     preemptions: int  # requests preempted (and later recomputed) when the pool ran out
@@ -53,7 +52,7 @@ def continuous_repeat(point_index: int, repeat: int, batch_size: int, result: Ru
                      sum(s["duration_ms"] for s in steps if not s["prefill_tokens"]),
                      sum(r.output_len for r in result.requests), sum(r.prompt_len for r in result.requests),
                      len(result.requests), load)
-    return ContinuousRepeat(requests, steps, row, itl, load, met / (wall_ms / 1e3), result.admission_waits,
+    return ContinuousRepeat(requests, steps, row, itl, met / (wall_ms / 1e3), result.admission_waits,
                             result.preemptions)
 
 
@@ -66,7 +65,8 @@ def summarise(point_index: int, batch_size: int, repeats: Sequence[ContinuousRep
     out = summary.base(point_index, batch_size, repeats, warmup, "perf_counter")
     counted = summary.counted(repeats)
     steps = [s for rep in repeats for s in rep.steps]
-    loaded_decode = [s for rep in repeats for s in rep.steps if s["phase"] == "decode" and step_counts(s, rep.load)]
+    loaded_decode = [s for rep in repeats for s in rep.steps
+                     if s["phase"] == "decode" and step_counts(s, from_row(rep.row))]
     rows_run = sum(s["batch_rows"] for s in steps)
     kv_capacity = pool_blocks * block_size
     occupancy = [s["active_tokens"] / kv_capacity for s in steps]

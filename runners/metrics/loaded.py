@@ -16,7 +16,8 @@ reason as GuideLLM's warm-up share, with its edge set by the load rather than by
 
 A continuous point's decode step, and the active rows and KV tokens its roofline floor is computed from, are
 over its decode-only steps that ended inside the window (`step_counts`): the steps whose tokens the throughput
-counts, at the load the point is labelled with.
+counts, at the load the point is labelled with. Its utilisation means are over the telemetry samples taken inside
+the window (runners.metrics.utilisation), for the same reason.
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ LATENCY_BASIS = "arrivals in the load window"
 # What a continuous run's decode step and active rows are over, in env.json (`step_basis`): a run made before this
 # took the decode step over every decode-only step, the drain's included, and the active rows over every step.
 STEP_BASIS = "decode-only steps that ended in the load window"
+# What a continuous or endpoint run's utilisation means are over, in env.json (`util_basis`): a run made before this
+# took them over every sample inside the measured repeats, the drain's included.
+UTIL_BASIS = "samples in the load window"
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,14 @@ def loaded(arrivals_ms: Sequence[float], token_ms: Sequence[Sequence[float]]) ->
     window = Loaded(min(firsts), max(arrivals_ms), 0)
     made = sum(window.made_inside(t) for times in token_ms for t in times)  # none when end <= start
     return replace(window, output_tokens=made) if made else None
+
+
+def from_row(row: dict) -> Loaded | None:
+    """The load window a repeat row records (runners.metrics.repeat.repeat_row); None for a static batch, a load
+    sent at once, or a row written before windows were recorded."""
+    if row.get("loaded_start_ms") is None:
+        return None
+    return Loaded(row["loaded_start_ms"], row["loaded_end_ms"], row["loaded_output_tokens"])
 
 
 def counts(arrival_ms: float, load: Loaded | None) -> bool:

@@ -149,7 +149,7 @@ class PointContext:
                 result, window = work.repeat(run.number, run.draw)
                 result.row.update(draw=run.draw, replay=run.replay)
                 repeats.append(result)
-                windows.append(window)
+                windows.append(window.loaded(result.row))
                 made.append(run)
             self.stage(index, point, "store")  # summarised, released and written: no longer measuring
             clock.start()
@@ -228,7 +228,7 @@ class PointContext:
             summary.update(**memory.served(samples, index, self.sampler.memory_total()))
         clock.mark("samples")
         for row in samples:
-            del row["stage"]
+            del row["stage"], row["loaded"]
         parts = {"samples": samples}
         if kept:
             parts.update(requests=[r for rep in kept for r in rep.requests],

@@ -61,6 +61,7 @@ def collect(device: torch.device, engine_version: str, tensor_parallel: int = 1,
         "compute_capability": None, "nvml": pynvml is not None, "tensor_parallel": tensor_parallel,
         "replicas": replicas, "topology": topology(), "throughput_basis": loaded.BASIS,
         "latency_basis": loaded.LATENCY_BASIS, "step_basis": loaded.STEP_BASIS,
+        "util_basis": loaded.UTIL_BASIS,
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
